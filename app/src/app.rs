@@ -1,0 +1,157 @@
+//! The document shell, the router, and the layout every page shares.
+
+use crate::data::{load_page_context, Flash, FlashKind, Me, PageContext};
+use crate::pages::*;
+use leptos::prelude::*;
+use leptos_meta::{provide_meta_context, MetaTags, Stylesheet, Title};
+use leptos_router::components::{Route, Router, Routes};
+use leptos_router::{path, SsrMode};
+use tollgate::model::Role;
+
+pub fn shell(options: LeptosOptions) -> impl IntoView {
+    view! {
+        <!DOCTYPE html>
+        <html lang="en">
+            <head>
+                <meta charset="utf-8" />
+                <meta name="viewport" content="width=device-width, initial-scale=1" />
+                <meta name="color-scheme" content="light dark" />
+                <link rel="icon" type="image/svg+xml" href="/favicon.svg" />
+                <HydrationScripts options islands=true />
+                <MetaTags />
+            </head>
+            <body>
+                <App />
+            </body>
+        </html>
+    }
+}
+
+#[component]
+pub fn App() -> impl IntoView {
+    provide_meta_context();
+    view! {
+        <Stylesheet id="tollgate" href="/pkg/tollgate.css" />
+        <Title formatter=|t: String| if t.is_empty() { "Tollgate".to_string() } else { format!("{t} · Tollgate") } />
+        <Router>
+            <Routes fallback=|| view! { <Layout><NotFoundPage /></Layout> }>
+                <Route path=path!("/login") view=LoginPage ssr=SsrMode::Async />
+                <Route path=path!("/setup") view=SetupPage ssr=SsrMode::Async />
+                <Route path=path!("/credits") view=|| view! { <Layout><CreditsPage /></Layout> } ssr=SsrMode::Async />
+                <Route path=path!("/account") view=|| view! { <Layout><AccountPage /></Layout> } ssr=SsrMode::Async />
+                <Route path=path!("/admin/users") view=|| view! { <Layout><UsersPage /></Layout> } ssr=SsrMode::Async />
+                <Route path=path!("/forbidden") view=|| view! { <Layout><ForbiddenPage /></Layout> } ssr=SsrMode::Async />
+            </Routes>
+        </Router>
+    }
+}
+
+/// Header with navigation by role, the flash message, and the page.
+///
+/// The page is built here, in the layout's body, never inside the
+/// `<Suspense>`: a resource created inside a suspense's child closure can
+/// stall server rendering, so each page creates its own resources at its top
+/// level and reads them in its own, sibling `<Suspense>`.
+#[component]
+pub fn Layout(children: Children) -> impl IntoView {
+    let ctx = Resource::new_blocking(|| (), |_| load_page_context());
+    view! {
+        <a class="skip-link" href="#main">"Skip to content"</a>
+        <Suspense fallback=|| ()>
+            {move || Suspend::new(async move {
+                let PageContext { me, flash } = ctx.await.unwrap_or(PageContext { me: None, flash: None });
+                view! {
+                    <TopBar me=me />
+                    {flash.map(|f| view! { <div class="container flash-slot"><FlashMessage flash=f /></div> })}
+                }
+            })}
+        </Suspense>
+        <main id="main" class="container">{children()}</main>
+    }
+}
+
+struct NavItem {
+    href: &'static str,
+    label: &'static str,
+    role: Role,
+}
+
+/// What each role sees. Items appear as their pages are built.
+const NAV: &[NavItem] = &[
+    NavItem {
+        href: "/credits",
+        label: "Credits",
+        role: Role::User,
+    },
+    NavItem {
+        href: "/account",
+        label: "Account",
+        role: Role::User,
+    },
+    NavItem {
+        href: "/admin/users",
+        label: "Users",
+        role: Role::Admin,
+    },
+];
+
+#[component]
+fn TopBar(me: Option<Me>) -> impl IntoView {
+    let path = leptos_router::hooks::use_location()
+        .pathname
+        .get_untracked();
+    let nav = me.as_ref().map(|me| {
+        let role = me.role;
+        NAV.iter()
+            .filter(move |item| role.allows(item.role))
+            .map(|item| {
+                let current = (path == item.href).then_some("page");
+                view! { <a class="nav-link" href=item.href aria-current=current>{item.label}</a> }
+            })
+            .collect_view()
+    });
+    view! {
+        <header class="topbar">
+            <div class="topbar-inner">
+                <a class="brand" href="/credits">
+                    <span class="brand-mark" aria-hidden="true"></span>
+                    "Tollgate"
+                </a>
+                <nav class="nav" aria-label="Main">{nav}</nav>
+                {me.map(|me| view! {
+                    <div class="who">
+                        <span class="who-email" title=me.email.clone()>{me.email.clone()}</span>
+                        <RoleBadge role=me.role />
+                        <form method="post" action="/logout" class="inline-form">
+                            <button type="submit" class="btn btn-ghost btn-small">"Sign out"</button>
+                        </form>
+                    </div>
+                })}
+            </div>
+        </header>
+    }
+}
+
+#[component]
+pub fn RoleBadge(role: Role) -> impl IntoView {
+    view! { <span class=format!("badge badge-{}", role.as_str())>{role.label()}</span> }
+}
+
+#[component]
+pub fn FlashMessage(flash: Flash) -> impl IntoView {
+    let (class, role) = match flash.kind {
+        FlashKind::Ok => ("flash flash-ok", "status"),
+        FlashKind::Error => ("flash flash-error", "alert"),
+    };
+    view! {
+        <div class=class role=role>
+            <p>{flash.message}</p>
+            {flash.secret.map(|s| view! {
+                <div class="secret">
+                    <code id="new-secret">{s}</code>
+                    <p class="hint">"Copy it now: it will not be shown again."</p>
+                </div>
+            })}
+        </div>
+    }
+}

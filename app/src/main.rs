@@ -1,0 +1,274 @@
+//! `tollgate`: the one binary. Serves the app, migrates, and manages users,
+//! credits and tokens from the command line (see API.md).
+
+use clap::{Parser, Subcommand, ValueEnum};
+use std::io::{BufRead, IsTerminal};
+use std::process::ExitCode;
+use tollgate::config::{Config, ConfigError, LogFormat};
+use tollgate::model::{Credits, Role};
+use tollgate::Tollgate;
+
+#[derive(Parser)]
+#[command(
+    name = "tollgate",
+    version,
+    about = "The control plane for paid AI generation"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the app (migrates the database first).
+    Serve {
+        #[arg(long, value_enum, default_value_t = NodeRole::All)]
+        role: NodeRole,
+    },
+    /// Apply migrations and exit.
+    Migrate,
+    /// Manage users.
+    User {
+        #[command(subcommand)]
+        command: UserCommand,
+    },
+    /// Manage credits.
+    Credits {
+        #[command(subcommand)]
+        command: CreditsCommand,
+    },
+    /// Manage API tokens.
+    Token {
+        #[command(subcommand)]
+        command: TokenCommand,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq, Debug)]
+enum NodeRole {
+    All,
+    Web,
+    Worker,
+}
+
+#[derive(Subcommand)]
+enum UserCommand {
+    /// Create a user; the password comes from TOLLGATE_PASSWORD or standard input.
+    Add {
+        #[arg(long)]
+        email: String,
+        #[arg(long)]
+        role: Role,
+    },
+}
+
+#[derive(Subcommand)]
+enum CreditsCommand {
+    /// Append a grant to the ledger.
+    Grant {
+        #[arg(long)]
+        email: String,
+        #[arg(long)]
+        amount: i64,
+        #[arg(long)]
+        reason: Option<String>,
+    },
+}
+
+#[derive(Subcommand)]
+enum TokenCommand {
+    /// Create an API token and print only the token.
+    Create {
+        #[arg(long)]
+        email: String,
+        #[arg(long)]
+        name: Option<String>,
+    },
+}
+
+/// A failure that ends the process with one line on standard error.
+struct Fatal(String);
+
+impl From<ConfigError> for Fatal {
+    fn from(e: ConfigError) -> Self {
+        Fatal(e.to_string())
+    }
+}
+
+impl From<tollgate::Error> for Fatal {
+    fn from(e: tollgate::Error) -> Self {
+        match e {
+            tollgate::Error::Internal(m) => Fatal(m),
+            other => Fatal(other.to_string()),
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("tollgate: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Fatal(message)) => {
+            eprintln!("tollgate: {message}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn init_logging(format: LogFormat) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_env("TOLLGATE_LOG")
+        .unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Json => builder.json().try_init(),
+        LogFormat::Text => builder.try_init(),
+    };
+}
+
+async fn run(cli: Cli) -> Result<(), Fatal> {
+    let config = Config::from_env()?;
+    init_logging(config.log_format);
+    match cli.command {
+        Command::Serve { role } => serve(config, role).await,
+        Command::Migrate => {
+            Tollgate::open(config).await?;
+            println!("migrations applied");
+            Ok(())
+        }
+        Command::User {
+            command: UserCommand::Add { email, role },
+        } => {
+            let tollgate = Tollgate::open(config).await?;
+            let password = read_password()?;
+            let user = tollgate.add_user(&email, role, &password).await?;
+            println!("{} {} {}", user.id, user.email, user.role);
+            Ok(())
+        }
+        Command::Credits {
+            command:
+                CreditsCommand::Grant {
+                    email,
+                    amount,
+                    reason,
+                },
+        } => {
+            let tollgate = Tollgate::open(config).await?;
+            let user = tollgate.user_by_email(&email).await?;
+            let (entry, _) = tollgate
+                .grant_credits(None, user.id, Credits(amount), reason.as_deref(), None)
+                .await?;
+            let balance = tollgate.user(user.id).await?.balance;
+            println!(
+                "granted {} credits to {} (balance {balance}; reference {})",
+                entry.amount, user.email, entry.reference
+            );
+            Ok(())
+        }
+        Command::Token {
+            command: TokenCommand::Create { email, name },
+        } => {
+            let tollgate = Tollgate::open(config).await?;
+            let user = tollgate.user_by_email(&email).await?;
+            let (_, secret) = tollgate
+                .create_api_token(&user, name.as_deref().unwrap_or("command line"))
+                .await?;
+            println!("{secret}");
+            Ok(())
+        }
+    }
+}
+
+/// TOLLGATE_PASSWORD, or the first line of standard input.
+fn read_password() -> Result<String, Fatal> {
+    if let Ok(p) = std::env::var("TOLLGATE_PASSWORD") {
+        return Ok(p);
+    }
+    let stdin = std::io::stdin();
+    if stdin.is_terminal() {
+        eprint!("Password: ");
+    }
+    let mut line = String::new();
+    stdin
+        .lock()
+        .read_line(&mut line)
+        .map_err(|e| Fatal(format!("reading the password from standard input: {e}")))?;
+    let line = line.trim_end_matches(['\r', '\n']).to_string();
+    if line.is_empty() {
+        return Err(Fatal(
+            "no password: set TOLLGATE_PASSWORD or pass it on standard input".into(),
+        ));
+    }
+    Ok(line)
+}
+
+async fn serve(config: Config, role: NodeRole) -> Result<(), Fatal> {
+    let listen = config.listen;
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(|e| Fatal(format!("TOLLGATE_LISTEN: cannot listen on {listen}: {e}")))?;
+    let tollgate = Tollgate::open(config).await?;
+
+    let sessions = tollgate.store().session_backend();
+    tokio::spawn(async move {
+        use tower_sessions::session_store::ExpiredDeletion;
+        if let Err(e) = sessions
+            .continuously_delete_expired(std::time::Duration::from_secs(600))
+            .await
+        {
+            tracing::warn!(error = %e, "expired-session cleanup stopped");
+        }
+    });
+
+    let app = match role {
+        NodeRole::All | NodeRole::Web => tollgate_app::server::router(tollgate.clone()),
+        // This build has no background work yet: a worker node answers
+        // health checks only.
+        NodeRole::Worker => tollgate::api::ops_router(tollgate.clone()),
+    };
+    tracing::info!(%listen, ?role, backend = ?tollgate.store().backend(), "Tollgate is listening on http://{listen}");
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
+    )
+    .with_graceful_shutdown(shutdown_signal())
+    .await
+    .map_err(|e| Fatal(format!("serving: {e}")))?;
+    tollgate.store().close().await;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = terminate => {},
+    }
+}

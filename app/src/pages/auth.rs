@@ -1,0 +1,113 @@
+//! Sign in and first-run setup: the two pages a stranger may see.
+
+use crate::app::FlashMessage;
+use crate::data::{load_page_context, setup_needed, PageContext};
+use crate::islands::PasswordField;
+use leptos::prelude::*;
+use leptos_meta::Title;
+use leptos_router::hooks::use_query_map;
+
+#[component]
+fn AuthCard(title: &'static str, lede: &'static str, children: Children) -> impl IntoView {
+    view! {
+        <main id="main" class="auth">
+            <div class="auth-card">
+                <div class="brand brand-large">
+                    <span class="brand-mark" aria-hidden="true"></span>
+                    "Tollgate"
+                </div>
+                <h1>{title}</h1>
+                <p class="lede">{lede}</p>
+                {children()}
+            </div>
+        </main>
+    }
+}
+
+#[component]
+pub fn LoginPage() -> impl IntoView {
+    let ctx = Resource::new_blocking(|| (), |_| load_page_context());
+    let next = use_query_map()
+        .get_untracked()
+        .get("next")
+        .unwrap_or_default();
+    view! {
+        <Title text="Sign in" />
+        <AuthCard title="Sign in" lede="Use the email and password your admin gave you.">
+            <Suspense fallback=|| ()>
+                {
+                    let next = next.clone();
+                    move || {
+                        let next = next.clone();
+                        Suspend::new(async move {
+                            let PageContext { flash, .. } = ctx.await.unwrap_or(PageContext { me: None, flash: None });
+                            let email = flash.as_ref().and_then(|f| f.email.clone());
+                            view! {
+                                {flash.map(|f| view! { <FlashMessage flash=f /> })}
+                                <form method="post" action="/login" class="form">
+                                    <input type="hidden" name="next" value=next />
+                                    <div class="field">
+                                        <label for="field-email">"Email"</label>
+                                        <input id="field-email" name="email" type="email" autocomplete="username" required value=email />
+                                    </div>
+                                    <PasswordField name="password".to_string() label="Password".to_string() autocomplete="current-password".to_string() />
+                                    <button type="submit" class="btn btn-primary btn-block">"Sign in"</button>
+                                </form>
+                            }
+                        })
+                    }
+                }
+            </Suspense>
+        </AuthCard>
+    }
+}
+
+#[component]
+pub fn SetupPage() -> impl IntoView {
+    let needed = Resource::new_blocking(|| (), |_| setup_needed());
+    let ctx = Resource::new_blocking(|| (), |_| load_page_context());
+    view! {
+        <Title text="First-run setup" />
+        <AuthCard title="Welcome to Tollgate" lede="Create the first admin account. This page disappears once an admin exists.">
+            <Suspense fallback=|| ()>
+                {move || Suspend::new(async move {
+                    let needed = needed.await.unwrap_or(false);
+                    let PageContext { flash, .. } = ctx.await.unwrap_or(PageContext { me: None, flash: None });
+                    if !needed {
+                        return view! {
+                            <div class="flash flash-ok" role="status">
+                                <p>"Setup is complete: an admin already exists."</p>
+                            </div>
+                            <a class="btn btn-primary btn-block" href="/login">"Go to sign in"</a>
+                        }
+                        .into_any();
+                    }
+                    let email = flash.as_ref().and_then(|f| f.email.clone());
+                    view! {
+                        {flash.map(|f| view! { <FlashMessage flash=f /> })}
+                        <form method="post" action="/setup" class="form">
+                            <div class="field">
+                                <label for="field-email">"Admin email"</label>
+                                <input id="field-email" name="email" type="email" autocomplete="username" required value=email />
+                            </div>
+                            <PasswordField
+                                name="password".to_string()
+                                label="Password".to_string()
+                                autocomplete="new-password".to_string()
+                                hint=format!("At least {} characters.", tollgate::model::PASSWORD_LEN_MIN)
+                                minlength=tollgate::model::PASSWORD_LEN_MIN as u32
+                            />
+                            <PasswordField
+                                name="confirm".to_string()
+                                label="Password again".to_string()
+                                autocomplete="new-password".to_string()
+                            />
+                            <button type="submit" class="btn btn-primary btn-block">"Create admin"</button>
+                        </form>
+                    }
+                    .into_any()
+                })}
+            </Suspense>
+        </AuthCard>
+    }
+}

@@ -1,0 +1,26 @@
+//! One module per page. Pages render what the server functions return; form
+//! posts go to the handlers in `server::forms`, which redirect back here.
+
+mod account;
+mod auth;
+mod credits;
+mod status;
+mod users;
+
+pub use account::AccountPage;
+pub use auth::{LoginPage, SetupPage};
+pub use credits::CreditsPage;
+pub use status::{ForbiddenPage, NotFoundPage};
+pub use users::UsersPage;
+
+use leptos::prelude::*;
+
+/// A failed load, said plainly.
+#[component]
+pub fn LoadError(error: ServerFnError) -> impl IntoView {
+    let text = match error {
+        ServerFnError::ServerError(m) => m,
+        other => other.to_string(),
+    };
+    view! { <div class="flash flash-error" role="alert"><p>{text}</p></div> }
+}

@@ -1,0 +1,419 @@
+//! Form posts from the pages. Each handler checks the role (the engine's
+//! extractor), calls the engine, leaves a flash message, and redirects
+//! (post/redirect/get), so they work without JavaScript.
+
+use super::flash;
+use crate::data::{Flash, FlashKind};
+use axum::extract::rejection::FormRejection;
+use axum::extract::{ConnectInfo, Path, State};
+use axum::response::Redirect;
+use axum::routing::post;
+use axum::{Form, Router};
+use serde::Deserialize;
+use std::net::SocketAddr;
+use tollgate::auth::{begin_session, end_session, AdminOnly, AnyUser, Authorized};
+use tollgate::model::{ApiTokenId, Credits, Role, UserId};
+use tollgate::{Error, Tollgate};
+use tower_sessions::Session;
+
+pub fn router(tollgate: Tollgate) -> Router {
+    Router::new()
+        .route("/setup", post(setup))
+        .route("/login", post(login))
+        .route("/logout", post(logout))
+        .route("/account/password", post(change_password))
+        .route("/account/tokens", post(create_token))
+        .route("/account/tokens/{id}/revoke", post(revoke_token))
+        .route("/admin/users", post(add_user))
+        .route("/admin/users/{id}/role", post(set_role))
+        .route("/admin/users/{id}/disabled", post(set_disabled))
+        .route("/admin/users/{id}/grants", post(grant))
+        .with_state(tollgate)
+}
+
+/// A form body that did not parse: said as a flash, never a bare 4xx page.
+fn unreadable(e: FormRejection) -> Error {
+    Error::invalid("form", e.body_text())
+}
+
+/// Reports an engine error on the page we return to.
+async fn report(session: &Session, e: Error, back: &str) -> Redirect {
+    if let Error::Internal(cause) = &e {
+        tracing::error!(%cause, "internal error in a form post");
+    }
+    flash::error(session, sentence(&e.public_message())).await;
+    Redirect::to(back)
+}
+
+/// "email: must look like…" reads better as "Email: must look like…".
+fn sentence(s: &str) -> String {
+    let mut c = s.chars();
+    match c.next() {
+        Some(f) => f.to_uppercase().collect::<String>() + c.as_str(),
+        None => String::new(),
+    }
+}
+
+/// Only a local path may be a post-login destination (no open redirect).
+fn safe_next(next: &str) -> &str {
+    if next.starts_with('/') && !next.starts_with("//") && !next.starts_with("/\\") {
+        next
+    } else {
+        "/credits"
+    }
+}
+
+#[derive(Deserialize)]
+pub struct SetupForm {
+    email: String,
+    password: String,
+    confirm: String,
+}
+
+async fn setup(
+    State(t): State<Tollgate>,
+    session: Session,
+    form: Result<Form<SetupForm>, FormRejection>,
+) -> Redirect {
+    let Form(f) = match form {
+        Ok(f) => f,
+        Err(e) => return report(&session, unreadable(e), "/setup").await,
+    };
+    match t.complete_setup(&f.email, &f.password, &f.confirm).await {
+        Ok(user) => {
+            if let Err(e) = begin_session(&session, user.id).await {
+                return report(&session, e, "/login").await;
+            }
+            flash::ok(
+                &session,
+                "Your admin account is ready. Add people and grant them credits here.",
+            )
+            .await;
+            Redirect::to("/admin/users")
+        }
+        Err(e) => {
+            let email = Some(f.email);
+            flash::set(
+                &session,
+                Flash {
+                    kind: FlashKind::Error,
+                    message: sentence(&e.public_message()),
+                    secret: None,
+                    email,
+                },
+            )
+            .await;
+            Redirect::to("/setup")
+        }
+    }
+}
+
+#[derive(Deserialize)]
+pub struct LoginForm {
+    email: String,
+    password: String,
+    #[serde(default)]
+    next: String,
+}
+
+async fn login(
+    State(t): State<Tollgate>,
+    ConnectInfo(addr): ConnectInfo<SocketAddr>,
+    session: Session,
+    form: Result<Form<LoginForm>, FormRejection>,
+) -> Redirect {
+    let Form(f) = match form {
+        Ok(f) => f,
+        Err(e) => return report(&session, unreadable(e), "/login").await,
+    };
+    match t.login(&f.email, &f.password, Some(addr.ip())).await {
+        Ok(user) => {
+            if let Err(e) = begin_session(&session, user.id).await {
+                return report(&session, e, "/login").await;
+            }
+            tracing::info!(user = %user.id, "signed in");
+            Redirect::to(safe_next(&f.next))
+        }
+        Err(e) => {
+            let message = sentence(&e.public_message());
+            flash::set(
+                &session,
+                Flash {
+                    kind: FlashKind::Error,
+                    message,
+                    secret: None,
+                    email: Some(f.email),
+                },
+            )
+            .await;
+            let back = if f.next.is_empty() {
+                "/login".to_string()
+            } else {
+                format!("/login?next={}", encode(safe_next(&f.next)))
+            };
+            Redirect::to(&back)
+        }
+    }
+}
+
+fn encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b'/' => {
+                (b as char).to_string()
+            }
+            other => format!("%{other:02X}"),
+        })
+        .collect()
+}
+
+async fn logout(session: Session) -> Redirect {
+    if let Err(e) = end_session(&session).await {
+        tracing::error!(error = %e, "ending a session");
+    }
+    Redirect::to("/login")
+}
+
+#[derive(Deserialize)]
+pub struct PasswordForm {
+    current_password: String,
+    new_password: String,
+    confirm: String,
+}
+
+async fn change_password(
+    State(t): State<Tollgate>,
+    who: Authorized<AnyUser>,
+    session: Session,
+    form: Result<Form<PasswordForm>, FormRejection>,
+) -> Redirect {
+    let result = match form {
+        Ok(Form(f)) => {
+            t.change_password(who.user(), &f.current_password, &f.new_password, &f.confirm)
+                .await
+        }
+        Err(e) => Err(unreadable(e)),
+    };
+    match result {
+        Ok(()) => {
+            flash::ok(&session, "Your password is changed.").await;
+            Redirect::to("/account")
+        }
+        Err(e) => report(&session, e, "/account").await,
+    }
+}
+
+#[derive(Deserialize)]
+pub struct TokenForm {
+    #[serde(default)]
+    name: String,
+}
+
+async fn create_token(
+    State(t): State<Tollgate>,
+    who: Authorized<AnyUser>,
+    session: Session,
+    form: Result<Form<TokenForm>, FormRejection>,
+) -> Redirect {
+    let result = match form {
+        Ok(Form(f)) => t.create_api_token(who.user(), &f.name).await,
+        Err(e) => Err(unreadable(e)),
+    };
+    match result {
+        Ok((token, secret)) => {
+            let message = format!(
+                "Token “{}” created. This is the only time it is shown:",
+                token.name
+            );
+            flash::set(
+                &session,
+                Flash {
+                    kind: FlashKind::Ok,
+                    message,
+                    secret: Some(secret),
+                    email: None,
+                },
+            )
+            .await;
+            Redirect::to("/account")
+        }
+        Err(e) => report(&session, e, "/account").await,
+    }
+}
+
+async fn revoke_token(
+    State(t): State<Tollgate>,
+    who: Authorized<AnyUser>,
+    session: Session,
+    Path(id): Path<String>,
+) -> Redirect {
+    let result = match id.parse::<ApiTokenId>() {
+        Ok(id) => t.revoke_api_token(who.user(), id).await,
+        Err(_) => Err(Error::NotFound("token")),
+    };
+    match result {
+        Ok(()) => {
+            flash::ok(
+                &session,
+                "Token revoked. Programs using it can no longer call the API.",
+            )
+            .await;
+            Redirect::to("/account")
+        }
+        Err(e) => report(&session, e, "/account").await,
+    }
+}
+
+#[derive(Deserialize)]
+pub struct AddUserForm {
+    email: String,
+    role: String,
+    password: String,
+}
+
+async fn add_user(
+    State(t): State<Tollgate>,
+    _admin: Authorized<AdminOnly>,
+    session: Session,
+    form: Result<Form<AddUserForm>, FormRejection>,
+) -> Redirect {
+    let result = match form {
+        Ok(Form(f)) => match Role::parse(&f.role) {
+            Ok(role) => t.add_user(&f.email, role, &f.password).await,
+            Err(e) => Err(Error::invalid("role", e.to_string())),
+        },
+        Err(e) => Err(unreadable(e)),
+    };
+    match result {
+        Ok(user) => {
+            flash::ok(
+                &session,
+                format!("Added {} as {}.", user.email, user.role.label()),
+            )
+            .await;
+            Redirect::to("/admin/users")
+        }
+        Err(e) => report(&session, e, "/admin/users").await,
+    }
+}
+
+#[derive(Deserialize)]
+pub struct RoleForm {
+    role: String,
+}
+
+fn user_id(raw: &str) -> Result<UserId, Error> {
+    raw.parse().map_err(|_| Error::NotFound("user"))
+}
+
+async fn set_role(
+    State(t): State<Tollgate>,
+    admin: Authorized<AdminOnly>,
+    session: Session,
+    Path(id): Path<String>,
+    form: Result<Form<RoleForm>, FormRejection>,
+) -> Redirect {
+    let result = async {
+        let id = user_id(&id)?;
+        let Form(f) = form.map_err(unreadable)?;
+        let role = Role::parse(&f.role).map_err(|e| Error::invalid("role", e.to_string()))?;
+        t.set_role(admin.user(), id, role).await
+    }
+    .await;
+    match result {
+        Ok(user) => {
+            flash::ok(
+                &session,
+                format!("{} is now {}.", user.email, user.role.label()),
+            )
+            .await;
+            Redirect::to("/admin/users")
+        }
+        Err(e) => report(&session, e, "/admin/users").await,
+    }
+}
+
+#[derive(Deserialize)]
+pub struct DisabledForm {
+    disabled: String,
+}
+
+async fn set_disabled(
+    State(t): State<Tollgate>,
+    admin: Authorized<AdminOnly>,
+    session: Session,
+    Path(id): Path<String>,
+    form: Result<Form<DisabledForm>, FormRejection>,
+) -> Redirect {
+    let result = async {
+        let id = user_id(&id)?;
+        let Form(f) = form.map_err(unreadable)?;
+        let disabled = match f.disabled.as_str() {
+            "true" => true,
+            "false" => false,
+            _ => return Err(Error::invalid("disabled", "must be true or false")),
+        };
+        t.set_disabled(admin.user(), id, disabled).await
+    }
+    .await;
+    match result {
+        Ok(user) => {
+            let what = if user.disabled {
+                "disabled: their sessions and tokens no longer work"
+            } else {
+                "enabled"
+            };
+            flash::ok(&session, format!("{} is {what}.", user.email)).await;
+            Redirect::to("/admin/users")
+        }
+        Err(e) => report(&session, e, "/admin/users").await,
+    }
+}
+
+#[derive(Deserialize)]
+pub struct GrantForm {
+    amount: String,
+    #[serde(default)]
+    reason: String,
+    /// The grant's idempotency key, made when the form was rendered.
+    #[serde(default)]
+    key: String,
+}
+
+async fn grant(
+    State(t): State<Tollgate>,
+    admin: Authorized<AdminOnly>,
+    session: Session,
+    Path(id): Path<String>,
+    form: Result<Form<GrantForm>, FormRejection>,
+) -> Redirect {
+    let result = async {
+        let id = user_id(&id)?;
+        let Form(f) = form.map_err(unreadable)?;
+        let amount =
+            Credits::parse_grant(&f.amount).map_err(|e| Error::invalid("amount", e.to_string()))?;
+        let user = t.user(id).await?;
+        let key = Some(f.key.as_str()).filter(|k| !k.is_empty() && k.len() <= 100);
+        let (_, new) = t
+            .grant_credits(Some(admin.user().id), id, amount, Some(&f.reason), key)
+            .await?;
+        Ok::<_, Error>((user, amount, new))
+    }
+    .await;
+    match result {
+        Ok((user, amount, new)) => {
+            let note = if new {
+                ""
+            } else {
+                " (this grant was already recorded)"
+            };
+            flash::ok(
+                &session,
+                format!("Granted {amount} credits to {}{note}.", user.email),
+            )
+            .await;
+            Redirect::to("/admin/users")
+        }
+        Err(e) => report(&session, e, "/admin/users").await,
+    }
+}

@@ -1,0 +1,174 @@
+//! The two checks every request passes: who it is and whether their role
+//! may open the page (one table, `page_access`), and, for state-changing
+//! requests that ride on a cookie, that they come from our own pages.
+
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderMap, Method, StatusCode, Uri};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Redirect, Response};
+use tollgate::auth::ResolvedPrincipal;
+use tollgate::model::Role;
+use tollgate::Tollgate;
+
+/// Who may open a path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// Anyone; or the route checks for itself (the API, server functions).
+    Open,
+    /// Signed in with at least this role.
+    Role(Role),
+}
+
+/// The one table of page access. Route groups: `/admin` for admins,
+/// `/review` for reviewers, every other page for any signed-in user.
+pub fn page_access(path: &str) -> Access {
+    match path {
+        "/login" | "/setup" | "/logout" | "/forbidden" | "/healthz" | "/readyz"
+        | "/favicon.svg" => Access::Open,
+        p if p == "/v1"
+            || p.starts_with("/v1/")
+            || p.starts_with("/api/")
+            || p.starts_with("/pkg/") =>
+        {
+            Access::Open
+        }
+        p if p == "/admin" || p.starts_with("/admin/") => Access::Role(Role::Admin),
+        p if p == "/review" || p.starts_with("/review/") => Access::Role(Role::Reviewer),
+        _ => Access::Role(Role::User),
+    }
+}
+
+pub async fn role_guard(State(t): State<Tollgate>, req: Request, next: Next) -> Response {
+    let (mut parts, body) = req.into_parts();
+    let path = parts.uri.path().to_string();
+    let principal = match t.resolve_principal(&mut parts).await {
+        Ok(p) => {
+            parts.extensions.insert(ResolvedPrincipal(p.clone()));
+            p
+        }
+        // A bad token on the API is answered by the API's own extractor;
+        // on a page it is simply nobody.
+        Err(_) if path.starts_with("/v1") => None,
+        Err(_) => {
+            parts.extensions.insert(ResolvedPrincipal(None));
+            None
+        }
+    };
+    let is_get = parts.method == Method::GET;
+
+    if is_get && path == "/login" {
+        if principal.is_some() {
+            return Redirect::to("/credits").into_response();
+        }
+        if t.setup_needed().await.unwrap_or(false) {
+            return Redirect::to("/setup").into_response();
+        }
+    }
+
+    // Once an admin exists, the setup page is gone.
+    if is_get && path == "/setup" && !t.setup_needed().await.unwrap_or(true) {
+        return Redirect::to("/login").into_response();
+    }
+
+    match page_access(&path) {
+        Access::Open => next.run(Request::from_parts(parts, body)).await,
+        Access::Role(required) => match &principal {
+            None if is_get => {
+                let wanted = parts
+                    .uri
+                    .path_and_query()
+                    .map(|p| p.as_str())
+                    .unwrap_or("/");
+                let next_param: String = url_escape(wanted);
+                Redirect::to(&format!("/login?next={next_param}")).into_response()
+            }
+            None => (StatusCode::UNAUTHORIZED, "sign in first").into_response(),
+            Some(p) if !p.user.role.allows(required) => {
+                if !is_get {
+                    return (StatusCode::FORBIDDEN, "your role does not allow this")
+                        .into_response();
+                }
+                // Render the Forbidden page in place, with a 403.
+                parts.uri = Uri::from_static("/forbidden");
+                let mut response = next.run(Request::from_parts(parts, body)).await;
+                *response.status_mut() = StatusCode::FORBIDDEN;
+                response
+            }
+            Some(_) => next.run(Request::from_parts(parts, body)).await,
+        },
+    }
+}
+
+fn url_escape(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b'/' => {
+                (b as char).to_string()
+            }
+            other => format!("%{other:02X}"),
+        })
+        .collect()
+}
+
+/// A state-changing request carried by the session cookie must come from a
+/// page of ours: its `Origin` (or, failing that, `Referer`) names our host.
+/// Requests with a Bearer token carry no ambient authority and pass.
+pub async fn cross_site_check(req: Request, next: Next) -> Response {
+    let safe = matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
+    if safe || req.headers().contains_key(header::AUTHORIZATION) || same_origin(req.headers()) {
+        return next.run(req).await;
+    }
+    tollgate::Error::BadRequest {
+        status: 403,
+        code: "CROSS_SITE_REQUEST",
+        message: "this request did not come from a Tollgate page".into(),
+    }
+    .into_response()
+}
+
+fn host_of(url: &str) -> Option<&str> {
+    let rest = url
+        .strip_prefix("https://")
+        .or_else(|| url.strip_prefix("http://"))?;
+    Some(rest.split('/').next().unwrap_or(rest))
+}
+
+pub fn same_origin(headers: &HeaderMap) -> bool {
+    let Some(host) = headers.get(header::HOST).and_then(|h| h.to_str().ok()) else {
+        return false;
+    };
+    let source = headers
+        .get(header::ORIGIN)
+        .or_else(|| headers.get(header::REFERER))
+        .and_then(|v| v.to_str().ok());
+    matches!(source.and_then(host_of), Some(h) if h.eq_ignore_ascii_case(host))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn route_groups_need_their_roles() {
+        assert_eq!(page_access("/login"), Access::Open);
+        assert_eq!(page_access("/v1/me"), Access::Open);
+        assert_eq!(page_access("/credits"), Access::Role(Role::User));
+        assert_eq!(page_access("/account"), Access::Role(Role::User));
+        assert_eq!(page_access("/review"), Access::Role(Role::Reviewer));
+        assert_eq!(page_access("/admin/users"), Access::Role(Role::Admin));
+        assert_eq!(page_access("/administrator"), Access::Role(Role::User));
+    }
+
+    #[test]
+    fn cross_site_posts_are_recognised() {
+        let mut h = HeaderMap::new();
+        h.insert(header::HOST, "127.0.0.1:3000".parse().unwrap());
+        assert!(!same_origin(&h));
+        h.insert(header::ORIGIN, "http://127.0.0.1:3000".parse().unwrap());
+        assert!(same_origin(&h));
+        h.insert(header::ORIGIN, "http://evil.example".parse().unwrap());
+        assert!(!same_origin(&h));
+        h.insert(header::ORIGIN, "null".parse().unwrap());
+        assert!(!same_origin(&h));
+    }
+}

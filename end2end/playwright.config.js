@@ -1,0 +1,50 @@
+// Playwright drives Debian's Chromium (never a downloaded browser) against a
+// Tollgate that this config starts on a fresh SQLite database.
+const { defineConfig } = require('@playwright/test');
+const path = require('path');
+const os = require('os');
+const fs = require('fs');
+
+const port = process.env.TOLLGATE_E2E_PORT || '3917';
+const baseURL = `http://127.0.0.1:${port}`;
+const bin = process.env.TOLLGATE_BIN || path.join(__dirname, '..', 'target', 'debug', 'tollgate');
+const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'tollgate-e2e-'));
+
+module.exports = defineConfig({
+  testDir: './tests',
+  fullyParallel: false,
+  workers: 1,
+  retries: 0,
+  timeout: 60_000,
+  reporter: [['list']],
+  outputDir: './test-results',
+  use: {
+    baseURL,
+    browserName: 'chromium',
+    screenshot: 'only-on-failure',
+    launchOptions: {
+      executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
+      args: [
+        '--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+        '--disable-background-networking', '--disable-component-update', '--disable-sync',
+      ],
+    },
+  },
+  webServer: {
+    command: `${bin} serve`,
+    url: `${baseURL}/healthz`,
+    timeout: 120_000,
+    reuseExistingServer: false,
+    stdout: 'pipe',
+    stderr: 'pipe',
+    env: {
+      ...process.env,
+      TOLLGATE_LISTEN: `127.0.0.1:${port}`,
+      TOLLGATE_DATABASE_URL: process.env.TOLLGATE_E2E_DATABASE_URL || `sqlite://${dataDir}/tollgate.db`,
+      TOLLGATE_STORAGE: `${dataDir}/objects`,
+      TOLLGATE_LOGINS_PER_ACCOUNT_PER_MINUTE: '200',
+      TOLLGATE_LOGINS_PER_ADDRESS_PER_MINUTE: '500',
+      TOLLGATE_SITE_ROOT: process.env.TOLLGATE_SITE_ROOT || path.join(__dirname, '..', 'target', 'site'),
+    },
+  },
+});

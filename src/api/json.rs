@@ -1,0 +1,52 @@
+//! `ApiJson<T>`: axum's `Json` with its rejections in our error shape.
+//! Bodies are `deny_unknown_fields` structs, so an unknown field is a 422.
+
+use crate::error::Error;
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{FromRequest, Request};
+use axum::Json;
+use serde::de::DeserializeOwned;
+
+pub struct ApiJson<T>(pub T);
+
+impl<S, T> FromRequest<S> for ApiJson<T>
+where
+    T: DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = Error;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Error> {
+        match Json::<T>::from_request(req, state).await {
+            Ok(Json(v)) => Ok(ApiJson(v)),
+            Err(rejection) => Err(match rejection {
+                JsonRejection::JsonDataError(e) => Error::invalid("body", e.body_text()),
+                JsonRejection::JsonSyntaxError(e) => Error::BadRequest {
+                    status: 400,
+                    code: "MALFORMED_JSON",
+                    message: format!("the body is not valid JSON: {}", e.body_text()),
+                },
+                JsonRejection::MissingJsonContentType(_) => Error::BadRequest {
+                    status: 415,
+                    code: "UNSUPPORTED_MEDIA_TYPE",
+                    message: "send the body as JSON with Content-Type: application/json".into(),
+                },
+                JsonRejection::BytesRejection(e) if e.status().as_u16() == 413 => {
+                    Error::BadRequest {
+                        status: 413,
+                        code: "PAYLOAD_TOO_LARGE",
+                        message: format!(
+                            "the body is larger than {} bytes",
+                            super::JSON_BODY_BYTES_MAX
+                        ),
+                    }
+                }
+                other => Error::BadRequest {
+                    status: 400,
+                    code: "BAD_REQUEST",
+                    message: other.body_text(),
+                },
+            }),
+        }
+    }
+}

@@ -1,0 +1,47 @@
+//! The `/v1` JSON API and the operations endpoints, as one axum router over
+//! the engine. Handlers are thin: an extractor checks the role, the engine
+//! does the work, `error` shapes every failure.
+
+mod credits;
+mod error;
+mod json;
+mod me;
+mod ops;
+mod users;
+
+pub use error::error_body;
+pub use json::ApiJson;
+
+use crate::Tollgate;
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{get, post};
+use axum::Router;
+
+/// Largest JSON body the API reads.
+pub const JSON_BODY_BYTES_MAX: usize = 64 * 1024;
+
+/// Only `/healthz` and `/readyz`: what a node without pages serves.
+pub fn ops_router(state: Tollgate) -> Router {
+    Router::new()
+        .route("/healthz", get(ops::healthz))
+        .route("/readyz", get(ops::readyz))
+        .with_state(state)
+}
+
+/// `/healthz`, `/readyz` and everything under `/v1`. The caller adds the
+/// session layer (the app does; so do the tests).
+pub fn router(state: Tollgate) -> Router {
+    let v1 = Router::new()
+        .route("/me", get(me::show))
+        .route("/credits", get(credits::show))
+        .route("/users", get(users::list))
+        .route("/users/{id}/credit-grants", post(users::grant))
+        .fallback(error::not_found)
+        .method_not_allowed_fallback(error::method_not_allowed)
+        .layer(DefaultBodyLimit::max(JSON_BODY_BYTES_MAX));
+    Router::new()
+        .route("/healthz", get(ops::healthz))
+        .route("/readyz", get(ops::readyz))
+        .nest("/v1", v1)
+        .with_state(state)
+}

@@ -1,0 +1,243 @@
+//! Configuration from the environment (and, optionally, a TOML file). Every
+//! setting has a default that runs on a fresh machine; a bad one stops
+//! start-up with a `ConfigError` naming the setting.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+pub const DEFAULT_DATABASE_URL: &str = "sqlite://data/tollgate.db";
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:3000";
+pub const DEFAULT_STORAGE: &str = "data/objects";
+
+/// A setting that cannot be used, and why. Displayed as one line.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{setting}: {message}")]
+pub struct ConfigError {
+    pub setting: &'static str,
+    pub message: String,
+}
+
+impl ConfigError {
+    pub fn new(setting: &'static str, message: impl Into<String>) -> Self {
+        ConfigError {
+            setting,
+            message: message.into(),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub database_url: String,
+    pub listen: SocketAddr,
+    pub storage: String,
+    pub config_file: Option<PathBuf>,
+    /// The parsed `TOLLGATE_CONFIG` file, when one is given.
+    pub file: toml::Table,
+    /// Session cookies carry `Secure` (set when Tollgate is served over https).
+    pub secure_cookies: bool,
+    /// A session unused this long expires.
+    pub session_idle_minutes: i64,
+    pub log_format: LogFormat,
+    /// Login attempts allowed per minute for one account, and from one address.
+    pub logins_per_account_per_minute: u32,
+    pub logins_per_address_per_minute: u32,
+    /// Where the built site (CSS, wasm, static files) is served from.
+    pub site_root: PathBuf,
+}
+
+impl Config {
+    /// Reads the process environment.
+    pub fn from_env() -> Result<Config, ConfigError> {
+        Config::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// Reads settings through `get`, so tests can pass their own.
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
+        let non_empty = |k: &str| get(k).filter(|v| !v.trim().is_empty());
+
+        let database_url =
+            non_empty("TOLLGATE_DATABASE_URL").unwrap_or_else(|| DEFAULT_DATABASE_URL.into());
+        let scheme_ok = database_url.starts_with("sqlite:")
+            || database_url.starts_with("postgres://")
+            || database_url.starts_with("postgresql://");
+        if !scheme_ok {
+            return Err(ConfigError::new(
+                "TOLLGATE_DATABASE_URL",
+                format!("unsupported scheme in {database_url:?}; use sqlite://PATH or postgres://USER@HOST/DB"),
+            ));
+        }
+
+        let listen_raw = non_empty("TOLLGATE_LISTEN").unwrap_or_else(|| DEFAULT_LISTEN.into());
+        let listen: SocketAddr = listen_raw.parse().map_err(|_| {
+            ConfigError::new(
+                "TOLLGATE_LISTEN",
+                format!("{listen_raw:?} is not an address like 127.0.0.1:3000"),
+            )
+        })?;
+
+        let storage = non_empty("TOLLGATE_STORAGE").unwrap_or_else(|| DEFAULT_STORAGE.into());
+        if storage.contains("://") && !storage.starts_with("s3://") {
+            return Err(ConfigError::new(
+                "TOLLGATE_STORAGE",
+                format!("{storage:?} is neither a folder nor s3://BUCKET?endpoint=URL&region=R"),
+            ));
+        }
+
+        let config_file = non_empty("TOLLGATE_CONFIG").map(PathBuf::from);
+        let file = match &config_file {
+            None => toml::Table::new(),
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|e| {
+                    ConfigError::new(
+                        "TOLLGATE_CONFIG",
+                        format!("cannot read {}: {e}", path.display()),
+                    )
+                })?;
+                text.parse::<toml::Table>().map_err(|e| {
+                    ConfigError::new(
+                        "TOLLGATE_CONFIG",
+                        format!("{} is not valid TOML: {}", path.display(), e.message()),
+                    )
+                })?
+            }
+        };
+
+        let secure_cookies = match non_empty("TOLLGATE_SECURE_COOKIES").as_deref() {
+            None => non_empty("TOLLGATE_PUBLIC_URL").is_some_and(|u| u.starts_with("https://")),
+            Some("true" | "1") => true,
+            Some("false" | "0") => false,
+            Some(other) => {
+                return Err(ConfigError::new(
+                    "TOLLGATE_SECURE_COOKIES",
+                    format!("{other:?} is not true or false"),
+                ))
+            }
+        };
+
+        let session_idle_minutes = match non_empty("TOLLGATE_SESSION_IDLE_MINUTES") {
+            None => 7 * 24 * 60,
+            Some(v) => v
+                .parse::<i64>()
+                .ok()
+                .filter(|m| (1..=525_600).contains(m))
+                .ok_or_else(|| {
+                    ConfigError::new(
+                        "TOLLGATE_SESSION_IDLE_MINUTES",
+                        format!("{v:?} is not 1 to 525600"),
+                    )
+                })?,
+        };
+
+        let log_format = match non_empty("TOLLGATE_LOG_FORMAT").as_deref() {
+            None | Some("text") => LogFormat::Text,
+            Some("json") => LogFormat::Json,
+            Some(other) => {
+                return Err(ConfigError::new(
+                    "TOLLGATE_LOG_FORMAT",
+                    format!("{other:?} is not text or json"),
+                ))
+            }
+        };
+
+        let per_minute = |var: &'static str, default: u32| -> Result<u32, ConfigError> {
+            match non_empty(var) {
+                None => Ok(default),
+                Some(v) => v
+                    .parse::<u32>()
+                    .ok()
+                    .filter(|n| (1..=100_000).contains(n))
+                    .ok_or_else(|| {
+                        ConfigError::new(var, format!("{v:?} is not a number from 1 to 100000"))
+                    }),
+            }
+        };
+        let logins_per_account_per_minute =
+            per_minute("TOLLGATE_LOGINS_PER_ACCOUNT_PER_MINUTE", 5)?;
+        let logins_per_address_per_minute =
+            per_minute("TOLLGATE_LOGINS_PER_ADDRESS_PER_MINUTE", 20)?;
+
+        let site_root =
+            PathBuf::from(non_empty("TOLLGATE_SITE_ROOT").unwrap_or_else(|| "target/site".into()));
+
+        Ok(Config {
+            database_url,
+            listen,
+            storage,
+            config_file,
+            file,
+            secure_cookies,
+            session_idle_minutes,
+            log_format,
+            logins_per_account_per_minute,
+            logins_per_address_per_minute,
+            site_root,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn from(pairs: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Config::from_lookup(|k| map.get(k).cloned())
+    }
+
+    #[test]
+    fn defaults_run_on_a_fresh_machine() {
+        let c = from(&[]).unwrap();
+        assert_eq!(c.database_url, DEFAULT_DATABASE_URL);
+        assert_eq!(c.listen.to_string(), DEFAULT_LISTEN);
+        assert!(!c.secure_cookies);
+    }
+
+    #[test]
+    fn bad_settings_name_themselves() {
+        assert_eq!(
+            from(&[("TOLLGATE_DATABASE_URL", "mysql://x")])
+                .unwrap_err()
+                .setting,
+            "TOLLGATE_DATABASE_URL"
+        );
+        assert_eq!(
+            from(&[("TOLLGATE_LISTEN", "nowhere")]).unwrap_err().setting,
+            "TOLLGATE_LISTEN"
+        );
+        assert_eq!(
+            from(&[("TOLLGATE_CONFIG", "/nonexistent/x.toml")])
+                .unwrap_err()
+                .setting,
+            "TOLLGATE_CONFIG"
+        );
+        assert_eq!(
+            from(&[("TOLLGATE_LOG_FORMAT", "xml")]).unwrap_err().setting,
+            "TOLLGATE_LOG_FORMAT"
+        );
+        let e = from(&[("TOLLGATE_DATABASE_URL", "mysql://x")])
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("TOLLGATE_DATABASE_URL: "), "{e}");
+        assert!(!e.contains('\n'));
+    }
+
+    #[test]
+    fn https_public_url_means_secure_cookies() {
+        assert!(
+            from(&[("TOLLGATE_PUBLIC_URL", "https://t.example")])
+                .unwrap()
+                .secure_cookies
+        );
+    }
+}

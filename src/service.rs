@@ -1,0 +1,73 @@
+//! `Tollgate`: the engine as one cheap-to-clone handle. Pages, the API and
+//! the command line all call its methods; none of them touch SQL.
+
+use crate::auth::LoginLimits;
+use crate::config::Config;
+use crate::store::Store;
+use std::sync::Arc;
+
+#[derive(Clone)]
+pub struct Tollgate {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: Store,
+    config: Config,
+    login_limits: LoginLimits,
+}
+
+impl Tollgate {
+    pub fn new(store: Store, config: Config) -> Tollgate {
+        let login_limits = LoginLimits::new(
+            config.logins_per_account_per_minute,
+            config.logins_per_address_per_minute,
+        );
+        Tollgate {
+            inner: Arc::new(Inner {
+                store,
+                config,
+                login_limits,
+            }),
+        }
+    }
+
+    /// Connects to the configured database and applies migrations.
+    pub async fn open(config: Config) -> crate::Result<Tollgate> {
+        let store = Store::connect(&config.database_url).await.map_err(|e| {
+            crate::Error::Internal(format!(
+                "TOLLGATE_DATABASE_URL: cannot open the database: {e}"
+            ))
+        })?;
+        store.migrate().await.map_err(|e| {
+            crate::Error::Internal(format!("TOLLGATE_DATABASE_URL: migrations failed: {e}"))
+        })?;
+        Ok(Tollgate::new(store, config))
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.inner.store
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
+    pub(crate) fn login_limits(&self) -> &LoginLimits {
+        &self.inner.login_limits
+    }
+
+    /// Database reachable (storage joins this check when media lands).
+    pub async fn ready(&self) -> crate::Result<()> {
+        self.store().ping().await?;
+        Ok(())
+    }
+}
+
+impl std::fmt::Debug for Tollgate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tollgate")
+            .field("backend", &self.store().backend())
+            .finish()
+    }
+}

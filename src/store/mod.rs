@@ -1,0 +1,242 @@
+//! Every SQL statement Tollgate runs lives under this module.
+//!
+//! `Store` is the one interface; `sqlite` and `postgres` implement it with the
+//! same method names, and the backend is chosen once, from the database URL,
+//! at start. The conformance suite in `tests/` runs every method on both.
+
+mod postgres;
+mod records;
+mod sessions;
+mod sqlite;
+
+pub use records::{ApiToken, LedgerEntry, NewApiToken, NewLedgerEntry, NewUser, User};
+pub use sessions::SessionBackend;
+
+use crate::model::{ApiTokenId, Credits, Role, UserId};
+use chrono::{DateTime, Utc};
+
+/// What can go wrong below the engine. Constraint and trigger failures that
+/// carry meaning get their own variant; the rest is `Database`.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("not found")]
+    NotFound,
+    #[error("{0} already exists")]
+    Conflict(&'static str),
+    #[error("insufficient credits")]
+    InsufficientCredits,
+    #[error("the ledger is append-only")]
+    ImmutableLedger,
+    #[error("a stored value is invalid: {0}")]
+    Corrupt(String),
+    #[error("unsupported database URL {0:?}: expected sqlite://PATH or postgres://...")]
+    UnsupportedUrl(String),
+    #[error(transparent)]
+    Database(sqlx::Error),
+    #[error(transparent)]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+}
+
+pub type StoreResult<T> = Result<T, StoreError>;
+
+impl From<sqlx::Error> for StoreError {
+    /// Gives trigger and constraint failures their meaning, once, for both
+    /// backends: the triggers raise the same messages on each.
+    fn from(e: sqlx::Error) -> Self {
+        if let sqlx::Error::Database(db) = &e {
+            let msg = db.message();
+            if msg.contains("insufficient_credits") {
+                return StoreError::InsufficientCredits;
+            }
+            if msg.contains("immutable_ledger") {
+                return StoreError::ImmutableLedger;
+            }
+        }
+        if let sqlx::Error::RowNotFound = e {
+            return StoreError::NotFound;
+        }
+        StoreError::Database(e)
+    }
+}
+
+/// Whether an error is a unique-constraint violation (either backend).
+fn is_unique_violation(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(db) if db.is_unique_violation())
+}
+
+/// Which database a store talks to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// The one storage interface. Cheap to clone (pools inside).
+#[derive(Clone, Debug)]
+pub enum Store {
+    Sqlite(sqlite::SqliteStore),
+    Postgres(postgres::PgStore),
+}
+
+macro_rules! dispatch {
+    ($self:ident, $s:ident => $e:expr) => {
+        match $self {
+            Store::Sqlite($s) => $e,
+            Store::Postgres($s) => $e,
+        }
+    };
+}
+
+impl Store {
+    /// Opens the database a URL names: `sqlite://PATH` (the file and its
+    /// folder are created) or `postgres://...`.
+    pub async fn connect(url: &str) -> StoreResult<Store> {
+        if url.starts_with("sqlite:") {
+            Ok(Store::Sqlite(sqlite::SqliteStore::connect(url).await?))
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Ok(Store::Postgres(postgres::PgStore::connect(url).await?))
+        } else {
+            Err(StoreError::UnsupportedUrl(url.to_string()))
+        }
+    }
+
+    pub fn backend(&self) -> Backend {
+        match self {
+            Store::Sqlite(_) => Backend::Sqlite,
+            Store::Postgres(_) => Backend::Postgres,
+        }
+    }
+
+    /// Applies the embedded migrations (and the session table).
+    pub async fn migrate(&self) -> StoreResult<()> {
+        dispatch!(self, s => s.migrate().await)
+    }
+
+    pub async fn ping(&self) -> StoreResult<()> {
+        dispatch!(self, s => s.ping().await)
+    }
+
+    pub fn session_backend(&self) -> SessionBackend {
+        match self {
+            Store::Sqlite(s) => SessionBackend::sqlite(s.writer()),
+            Store::Postgres(s) => SessionBackend::postgres(s.pool()),
+        }
+    }
+
+    /// Raw pools for tests that must bypass the application.
+    pub fn sqlite_pool(&self) -> Option<sqlx::SqlitePool> {
+        match self {
+            Store::Sqlite(s) => Some(s.writer()),
+            Store::Postgres(_) => None,
+        }
+    }
+
+    pub fn postgres_pool(&self) -> Option<sqlx::PgPool> {
+        match self {
+            Store::Sqlite(_) => None,
+            Store::Postgres(s) => Some(s.pool()),
+        }
+    }
+
+    pub async fn close(&self) {
+        dispatch!(self, s => s.close().await)
+    }
+
+    // ---- users ----
+
+    /// Inserts a user; `Conflict("email")` when the address is taken
+    /// (case-insensitively).
+    pub async fn insert_user(&self, new: &NewUser) -> StoreResult<User> {
+        dispatch!(self, s => s.insert_user(new).await)
+    }
+
+    /// First-run setup: creates the first admin only while no admin exists
+    /// and setup has never completed. Two racing calls make one admin; the
+    /// loser gets `None` and leaves nothing behind.
+    pub async fn complete_setup(&self, new: &NewUser) -> StoreResult<Option<User>> {
+        dispatch!(self, s => s.complete_setup(new).await)
+    }
+
+    /// True while no admin exists and setup has not run.
+    pub async fn setup_needed(&self) -> StoreResult<bool> {
+        dispatch!(self, s => s.setup_needed().await)
+    }
+
+    pub async fn user_by_id(&self, id: UserId) -> StoreResult<Option<User>> {
+        dispatch!(self, s => s.user_by_id(id).await)
+    }
+
+    pub async fn user_by_email(&self, email: &str) -> StoreResult<Option<User>> {
+        dispatch!(self, s => s.user_by_email(email).await)
+    }
+
+    /// The stored argon2 hash of a user's password.
+    pub async fn password_hash(&self, id: UserId) -> StoreResult<Option<String>> {
+        dispatch!(self, s => s.password_hash(id).await)
+    }
+
+    pub async fn list_users(&self) -> StoreResult<Vec<User>> {
+        dispatch!(self, s => s.list_users().await)
+    }
+
+    pub async fn set_user_role(&self, id: UserId, role: Role) -> StoreResult<()> {
+        dispatch!(self, s => s.set_user_role(id, role).await)
+    }
+
+    pub async fn set_user_disabled(&self, id: UserId, disabled: bool) -> StoreResult<()> {
+        dispatch!(self, s => s.set_user_disabled(id, disabled).await)
+    }
+
+    pub async fn set_password_hash(&self, id: UserId, hash: &str) -> StoreResult<()> {
+        dispatch!(self, s => s.set_password_hash(id, hash).await)
+    }
+
+    /// Admins who are not disabled: the last one may not be demoted or disabled.
+    pub async fn count_active_admins(&self) -> StoreResult<i64> {
+        dispatch!(self, s => s.count_active_admins().await)
+    }
+
+    // ---- API tokens ----
+
+    pub async fn insert_api_token(&self, new: &NewApiToken) -> StoreResult<ApiToken> {
+        dispatch!(self, s => s.insert_api_token(new).await)
+    }
+
+    pub async fn list_api_tokens(&self, user: UserId) -> StoreResult<Vec<ApiToken>> {
+        dispatch!(self, s => s.list_api_tokens(user).await)
+    }
+
+    /// Revokes one of `user`'s tokens; false when there is no such live token.
+    pub async fn revoke_api_token(&self, user: UserId, id: ApiTokenId) -> StoreResult<bool> {
+        dispatch!(self, s => s.revoke_api_token(user, id).await)
+    }
+
+    /// The enabled user owning a live token with this hash, and notes its use
+    /// (at most once a minute, to keep reads from becoming writes).
+    pub async fn user_by_token_hash(
+        &self,
+        hash: &str,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Option<User>> {
+        dispatch!(self, s => s.user_by_token_hash(hash, now).await)
+    }
+
+    // ---- ledger ----
+
+    /// Appends an entry. `Ok(None)` when an entry with this reference already
+    /// exists (the insert does nothing on conflict); `InsufficientCredits`
+    /// when it would overdraw (the trigger aborts it).
+    pub async fn append_ledger(&self, new: &NewLedgerEntry) -> StoreResult<Option<LedgerEntry>> {
+        dispatch!(self, s => s.append_ledger(new).await)
+    }
+
+    /// A user's entries, newest first.
+    pub async fn ledger_for_user(&self, user: UserId, limit: i64) -> StoreResult<Vec<LedgerEntry>> {
+        dispatch!(self, s => s.ledger_for_user(user, limit).await)
+    }
+
+    /// The sum of a user's entries: always equal to the stored balance.
+    pub async fn ledger_sum(&self, user: UserId) -> StoreResult<Credits> {
+        dispatch!(self, s => s.ledger_sum(user).await)
+    }
+}

@@ -1,0 +1,144 @@
+//! Helpers for tests of this crate and the app: a fresh database on either
+//! backend, so every behaviour can be proven on SQLite and on PostgreSQL.
+//!
+//! PostgreSQL tests need `TOLLGATE_TEST_POSTGRES_URL` (a server where the
+//! user may create databases); `scripts/test` starts one and sets it. Each
+//! test gets its own database, so tests never share rows.
+
+use crate::config::Config;
+use crate::store::{Backend, Store};
+use crate::Tollgate;
+use std::path::PathBuf;
+
+pub const POSTGRES_URL_VAR: &str = "TOLLGATE_TEST_POSTGRES_URL";
+
+/// A migrated, empty database and an engine over it. The SQLite file is
+/// removed when this is dropped.
+pub struct TestDb {
+    pub tollgate: Tollgate,
+    dir: Option<PathBuf>,
+}
+
+impl TestDb {
+    pub async fn new(backend: Backend) -> TestDb {
+        match backend {
+            Backend::Sqlite => TestDb::sqlite().await,
+            Backend::Postgres => TestDb::postgres().await,
+        }
+    }
+
+    pub async fn sqlite() -> TestDb {
+        let dir =
+            std::env::temp_dir().join(format!("tollgate-test-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&dir).expect("creating a temporary folder");
+        let url = format!("sqlite://{}", dir.join("test.db").display());
+        TestDb {
+            tollgate: open(&url).await,
+            dir: Some(dir),
+        }
+    }
+
+    pub async fn postgres() -> TestDb {
+        let admin_url = std::env::var(POSTGRES_URL_VAR).unwrap_or_else(|_| {
+            panic!("{POSTGRES_URL_VAR} is not set: run scripts/test, which starts a PostgreSQL for the tests")
+        });
+        let name = format!("tg_test_{}", uuid::Uuid::new_v4().simple());
+        let admin = sqlx::PgPool::connect(&admin_url)
+            .await
+            .expect("connecting to the test PostgreSQL");
+        sqlx::query(&format!("CREATE DATABASE {name}"))
+            .execute(&admin)
+            .await
+            .expect("creating a test database");
+        admin.close().await;
+        let url = replace_database(&admin_url, &name);
+        TestDb {
+            tollgate: open(&url).await,
+            dir: None,
+        }
+    }
+
+    pub fn store(&self) -> &Store {
+        self.tollgate.store()
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        if let Some(dir) = &self.dir {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+async fn open(url: &str) -> Tollgate {
+    let site = std::env::temp_dir().join("tollgate-test-site");
+    let config = Config::from_lookup(|k| match k {
+        "TOLLGATE_DATABASE_URL" => Some(url.to_string()),
+        "TOLLGATE_LISTEN" => Some("127.0.0.1:0".into()),
+        "TOLLGATE_SITE_ROOT" => Some(site.display().to_string()),
+        _ => None,
+    })
+    .expect("test configuration");
+    Tollgate::open(config)
+        .await
+        .expect("opening the test database")
+}
+
+/// `postgres://u@h:p/db?x` with its database replaced by `name`.
+fn replace_database(url: &str, name: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((b, q)) => (b, Some(q)),
+        None => (url, None),
+    };
+    let scheme_end = base.find("://").map(|i| i + 3).unwrap_or(0);
+    let path_start = base[scheme_end..]
+        .find('/')
+        .map(|i| i + scheme_end)
+        .unwrap_or(base.len());
+    let mut out = format!("{}/{}", &base[..path_start], name);
+    if let Some(q) = query {
+        out.push('?');
+        out.push_str(q);
+    }
+    out
+}
+
+/// Declares each listed `async fn name(db: TestDb)` as two tests,
+/// `sqlite::name` and `postgres::name`.
+#[macro_export]
+macro_rules! both_backends {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    super::$name($crate::testkit::TestDb::sqlite().await).await;
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    super::$name($crate::testkit::TestDb::postgres().await).await;
+                }
+            )*
+        }
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn database_is_replaced() {
+        assert_eq!(
+            super::replace_database("postgres://pg@127.0.0.1:5555/postgres?sslmode=disable", "x"),
+            "postgres://pg@127.0.0.1:5555/x?sslmode=disable"
+        );
+        assert_eq!(
+            super::replace_database("postgres://pg@h:1", "y"),
+            "postgres://pg@h:1/y"
+        );
+    }
+}

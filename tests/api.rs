@@ -1,0 +1,403 @@
+//! The `/v1` API over HTTP, on both backends: the error shape, every role
+//! against every route group, tokens, and hostile bodies.
+
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+use tollgate::both_backends;
+use tollgate::model::Role;
+use tollgate::testkit::TestDb;
+
+const PASSWORD: &str = "correct horse battery";
+
+struct Server {
+    base: String,
+    http: reqwest::Client,
+    _db: TestDb,
+    db_tollgate: tollgate::Tollgate,
+}
+
+async fn spawn(db: TestDb) -> Server {
+    let t = db.tollgate.clone();
+    let app = tollgate::api::router(t.clone()).layer(tollgate::auth::session_layer(&t));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        axum::serve(listener, app).await.unwrap();
+    });
+    Server {
+        base: format!("http://{addr}"),
+        http: reqwest::Client::new(),
+        _db: db,
+        db_tollgate: t,
+    }
+}
+
+impl Server {
+    async fn token_for(&self, email: &str, role: Role) -> String {
+        let u = self
+            .db_tollgate
+            .add_user(email, role, PASSWORD)
+            .await
+            .unwrap();
+        self.db_tollgate
+            .create_api_token(&u, "test")
+            .await
+            .unwrap()
+            .1
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+}
+
+fn assert_error_shape(body: &Value, code: &str) {
+    assert_eq!(body["error"]["code"], code, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty()),
+        "{body}"
+    );
+    assert!(body["error"]["details"].is_object(), "{body}");
+}
+
+both_backends!(
+    me_needs_a_valid_token,
+    every_role_against_every_route_group,
+    credits_show_balance_and_history,
+    hostile_bodies_get_the_error_shape,
+    api_grants_are_idempotent_by_key,
+    health_and_readiness,
+);
+
+async fn me_needs_a_valid_token(db: TestDb) {
+    let s = spawn(db).await;
+    let token = s.token_for("Ana@example.com", Role::User).await;
+
+    let r = s
+        .http
+        .get(s.url("/v1/me"))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let me: Value = r.json().await.unwrap();
+    assert_eq!(me["email"], "ana@example.com");
+    assert_eq!(me["role"], "user");
+    assert!(me["id"].as_str().unwrap().len() == 36);
+
+    let r = s.http.get(s.url("/v1/me")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    assert_error_shape(&r.json().await.unwrap(), "UNAUTHENTICATED");
+
+    for bad in ["tg_notarealtoken", "Basic abc", &token[..token.len() - 1]] {
+        let r = s
+            .http
+            .get(s.url("/v1/me"))
+            .header("authorization", format!("Bearer {bad}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::UNAUTHORIZED, "{bad}");
+    }
+}
+
+async fn every_role_against_every_route_group(db: TestDb) {
+    let s = spawn(db).await;
+    let target = s
+        .db_tollgate
+        .add_user("target@example.com", Role::User, PASSWORD)
+        .await
+        .unwrap();
+    let tokens = [
+        (None, "anonymous"),
+        (
+            Some(s.token_for("user@example.com", Role::User).await),
+            "user",
+        ),
+        (
+            Some(s.token_for("reviewer@example.com", Role::Reviewer).await),
+            "reviewer",
+        ),
+        (
+            Some(s.token_for("admin@example.com", Role::Admin).await),
+            "admin",
+        ),
+    ];
+    // (method, path, body, least role) for each route group.
+    let grant_path = format!("/v1/users/{}/credit-grants", target.id);
+    let routes: Vec<(&str, String, Option<Value>, Role)> = vec![
+        ("GET", "/v1/me".into(), None, Role::User),
+        ("GET", "/v1/credits".into(), None, Role::User),
+        ("GET", "/v1/users".into(), None, Role::Admin),
+        ("POST", grant_path, Some(json!({"amount": 1})), Role::Admin),
+    ];
+    for (token, who) in &tokens {
+        let role = match *who {
+            "user" => Some(Role::User),
+            "reviewer" => Some(Role::Reviewer),
+            "admin" => Some(Role::Admin),
+            _ => None,
+        };
+        for (method, path, body, least) in &routes {
+            let mut req = match *method {
+                "GET" => s.http.get(s.url(path)),
+                _ => s.http.post(s.url(path)),
+            };
+            if let Some(t) = token {
+                req = req.bearer_auth(t);
+            }
+            if let Some(b) = body {
+                req = req.json(b);
+            }
+            let r = req.send().await.unwrap();
+            let expected = match role {
+                None => StatusCode::UNAUTHORIZED,
+                Some(r) if r.allows(*least) => {
+                    if *method == "POST" {
+                        StatusCode::CREATED
+                    } else {
+                        StatusCode::OK
+                    }
+                }
+                Some(_) => StatusCode::FORBIDDEN,
+            };
+            assert_eq!(r.status(), expected, "{who} {method} {path}");
+            if !expected.is_success() {
+                let code = if expected == StatusCode::FORBIDDEN {
+                    "FORBIDDEN"
+                } else {
+                    "UNAUTHENTICATED"
+                };
+                assert_error_shape(&r.json().await.unwrap(), code);
+            }
+        }
+    }
+}
+
+async fn credits_show_balance_and_history(db: TestDb) {
+    let s = spawn(db).await;
+    let token = s.token_for("u@example.com", Role::User).await;
+    let u = s.db_tollgate.user_by_email("u@example.com").await.unwrap();
+    s.db_tollgate
+        .grant_credits(
+            None,
+            u.id,
+            tollgate::model::Credits(12),
+            Some("welcome"),
+            None,
+        )
+        .await
+        .unwrap();
+    s.db_tollgate
+        .grant_credits(None, u.id, tollgate::model::Credits(3), None, None)
+        .await
+        .unwrap();
+    let c: Value = s
+        .http
+        .get(s.url("/v1/credits"))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(c["balance"], 15);
+    let entries = c["entries"].as_array().unwrap();
+    assert_eq!(entries.len(), 2);
+    assert_eq!(
+        entries
+            .iter()
+            .map(|e| e["amount"].as_i64().unwrap())
+            .sum::<i64>(),
+        15
+    );
+    assert!(entries.iter().all(|e| e["kind"] == "grant"));
+    assert!(entries.iter().any(|e| e["reason"] == "welcome"));
+}
+
+async fn hostile_bodies_get_the_error_shape(db: TestDb) {
+    let s = spawn(db).await;
+    let admin = s.token_for("admin@example.com", Role::Admin).await;
+    let u = s
+        .db_tollgate
+        .add_user("u@example.com", Role::User, PASSWORD)
+        .await
+        .unwrap();
+    let path = s.url(&format!("/v1/users/{}/credit-grants", u.id));
+
+    let unknown = s
+        .http
+        .post(&path)
+        .bearer_auth(&admin)
+        .json(&json!({"amount": 1, "admin": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unknown.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    assert_error_shape(&unknown.json().await.unwrap(), "INVALID_REQUEST");
+
+    let wrong_type = s
+        .http
+        .post(&path)
+        .bearer_auth(&admin)
+        .json(&json!({"amount": "lots"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wrong_type.status(), StatusCode::UNPROCESSABLE_ENTITY);
+
+    let negative = s
+        .http
+        .post(&path)
+        .bearer_auth(&admin)
+        .json(&json!({"amount": -5}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(negative.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let body: Value = negative.json().await.unwrap();
+    assert_error_shape(&body, "INVALID_REQUEST");
+    assert!(
+        body["error"]["details"]["fields"]["amount"].is_string(),
+        "{body}"
+    );
+
+    let malformed = s
+        .http
+        .post(&path)
+        .bearer_auth(&admin)
+        .header("content-type", "application/json")
+        .body("{\"amount\":")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(malformed.status(), StatusCode::BAD_REQUEST);
+    assert_error_shape(&malformed.json().await.unwrap(), "MALFORMED_JSON");
+
+    let no_type = s
+        .http
+        .post(&path)
+        .bearer_auth(&admin)
+        .body("{\"amount\":1}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(no_type.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
+
+    let huge = format!("{{\"amount\":1,\"reason\":\"{}\"}}", "x".repeat(200 * 1024));
+    let too_big = s
+        .http
+        .post(&path)
+        .bearer_auth(&admin)
+        .header("content-type", "application/json")
+        .body(huge)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(too_big.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    assert_error_shape(&too_big.json().await.unwrap(), "PAYLOAD_TOO_LARGE");
+
+    let bad_key = s
+        .http
+        .post(&path)
+        .bearer_auth(&admin)
+        .header("idempotency-key", "x".repeat(256))
+        .json(&json!({"amount": 1}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad_key.status(), StatusCode::BAD_REQUEST);
+
+    let long_reason = s
+        .http
+        .post(&path)
+        .bearer_auth(&admin)
+        .json(&json!({"amount": 1, "reason": "r".repeat(501)}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(long_reason.status(), StatusCode::UNPROCESSABLE_ENTITY);
+
+    let not_a_user = s
+        .http
+        .post(s.url("/v1/users/not-a-uuid/credit-grants"))
+        .bearer_auth(&admin)
+        .json(&json!({"amount": 1}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(not_a_user.status(), StatusCode::NOT_FOUND);
+
+    let no_route = s
+        .http
+        .get(s.url("/v1/nothing-here"))
+        .bearer_auth(&admin)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(no_route.status(), StatusCode::NOT_FOUND);
+    assert_error_shape(&no_route.json().await.unwrap(), "NOT_FOUND");
+
+    let wrong_method = s
+        .http
+        .delete(s.url("/v1/me"))
+        .bearer_auth(&admin)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wrong_method.status(), StatusCode::METHOD_NOT_ALLOWED);
+
+    // Nothing above changed the balance.
+    assert_eq!(s.db_tollgate.user(u.id).await.unwrap().balance.get(), 0);
+    assert!(s
+        .db_tollgate
+        .store()
+        .ledger_for_user(u.id, 10)
+        .await
+        .unwrap()
+        .is_empty());
+}
+
+async fn api_grants_are_idempotent_by_key(db: TestDb) {
+    let s = spawn(db).await;
+    let admin = s.token_for("admin@example.com", Role::Admin).await;
+    let u = s
+        .db_tollgate
+        .add_user("u@example.com", Role::User, PASSWORD)
+        .await
+        .unwrap();
+    let path = s.url(&format!("/v1/users/{}/credit-grants", u.id));
+    let send = || {
+        s.http
+            .post(&path)
+            .bearer_auth(&admin)
+            .header("idempotency-key", "grant-42")
+            .json(&json!({"amount": 4, "reason": "promo"}))
+            .send()
+    };
+    let first = send().await.unwrap();
+    assert_eq!(first.status(), StatusCode::CREATED);
+    let second = send().await.unwrap();
+    assert_eq!(second.status(), StatusCode::OK);
+    let a: Value = first.json().await.unwrap();
+    let b: Value = second.json().await.unwrap();
+    assert_eq!(a["id"], b["id"]);
+    assert_eq!(s.db_tollgate.user(u.id).await.unwrap().balance.get(), 4);
+}
+
+async fn health_and_readiness(db: TestDb) {
+    let s = spawn(db).await;
+    let h = s.http.get(s.url("/healthz")).send().await.unwrap();
+    assert_eq!(h.status(), StatusCode::OK);
+    let r = s.http.get(s.url("/readyz")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["database"], "ok");
+    s.db_tollgate.store().close().await;
+    let r = s.http.get(s.url("/readyz")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+}
