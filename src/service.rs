@@ -3,6 +3,8 @@
 
 use crate::auth::LoginLimits;
 use crate::config::Config;
+use crate::model::Catalogue;
+use crate::storage::ObjectStore;
 use crate::store::Store;
 use std::sync::Arc;
 
@@ -13,12 +15,14 @@ pub struct Tollgate {
 
 struct Inner {
     store: Store,
+    objects: ObjectStore,
+    catalogue: Catalogue,
     config: Config,
     login_limits: LoginLimits,
 }
 
 impl Tollgate {
-    pub fn new(store: Store, config: Config) -> Tollgate {
+    pub fn new(store: Store, objects: ObjectStore, config: Config) -> Tollgate {
         let login_limits = LoginLimits::new(
             config.logins_per_account_per_minute,
             config.logins_per_address_per_minute,
@@ -26,13 +30,16 @@ impl Tollgate {
         Tollgate {
             inner: Arc::new(Inner {
                 store,
+                objects,
+                catalogue: Catalogue::builtin(),
                 config,
                 login_limits,
             }),
         }
     }
 
-    /// Connects to the configured database and applies migrations.
+    /// Connects to the configured database (applying migrations) and
+    /// object store.
     pub async fn open(config: Config) -> crate::Result<Tollgate> {
         let store = Store::connect(&config.database_url).await.map_err(|e| {
             crate::Error::Internal(format!(
@@ -42,11 +49,26 @@ impl Tollgate {
         store.migrate().await.map_err(|e| {
             crate::Error::Internal(format!("TOLLGATE_DATABASE_URL: migrations failed: {e}"))
         })?;
-        Ok(Tollgate::new(store, config))
+        let objects = ObjectStore::open(&config.storage).await.map_err(|e| {
+            crate::Error::Internal(format!(
+                "TOLLGATE_STORAGE: cannot open the object store: {e}"
+            ))
+        })?;
+        Ok(Tollgate::new(store, objects, config))
     }
 
     pub fn store(&self) -> &Store {
         &self.inner.store
+    }
+
+    pub fn objects(&self) -> &ObjectStore {
+        &self.inner.objects
+    }
+
+    /// What can be ordered and what it costs: the same value prices a page
+    /// and a charge.
+    pub fn catalogue(&self) -> &Catalogue {
+        &self.inner.catalogue
     }
 
     pub fn config(&self) -> &Config {
@@ -57,9 +79,13 @@ impl Tollgate {
         &self.inner.login_limits
     }
 
-    /// Database reachable (storage joins this check when media lands).
+    /// Database and object store reachable.
     pub async fn ready(&self) -> crate::Result<()> {
         self.store().ping().await?;
+        self.objects()
+            .ping()
+            .await
+            .map_err(|e| crate::Error::Internal(format!("object store: {e}")))?;
         Ok(())
     }
 }

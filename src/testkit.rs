@@ -32,8 +32,9 @@ impl TestDb {
             std::env::temp_dir().join(format!("tollgate-test-{}", uuid::Uuid::new_v4().simple()));
         std::fs::create_dir_all(&dir).expect("creating a temporary folder");
         let url = format!("sqlite://{}", dir.join("test.db").display());
+        let objects = dir.join("objects");
         TestDb {
-            tollgate: open(&url).await,
+            tollgate: open(&url, &objects).await,
             dir: Some(dir),
         }
     }
@@ -52,14 +53,32 @@ impl TestDb {
             .expect("creating a test database");
         admin.close().await;
         let url = replace_database(&admin_url, &name);
+        let dir =
+            std::env::temp_dir().join(format!("tollgate-test-{}", uuid::Uuid::new_v4().simple()));
+        let objects = dir.join("objects");
         TestDb {
-            tollgate: open(&url).await,
-            dir: None,
+            tollgate: open(&url, &objects).await,
+            dir: Some(dir),
         }
     }
 
     pub fn store(&self) -> &Store {
         self.tollgate.store()
+    }
+
+    /// Serves the `/v1` API (with sessions) on 127.0.0.1 and a free port;
+    /// returns its base URL. The server lives as long as the runtime.
+    pub async fn serve_api(&self) -> String {
+        let t = self.tollgate.clone();
+        let app = crate::api::router(t.clone()).layer(crate::auth::session_layer(&t));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("binding a test port");
+        let addr = listener.local_addr().expect("a local address");
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        format!("http://{addr}")
     }
 }
 
@@ -71,12 +90,13 @@ impl Drop for TestDb {
     }
 }
 
-async fn open(url: &str) -> Tollgate {
+async fn open(url: &str, objects: &std::path::Path) -> Tollgate {
     let site = std::env::temp_dir().join("tollgate-test-site");
     let config = Config::from_lookup(|k| match k {
         "TOLLGATE_DATABASE_URL" => Some(url.to_string()),
         "TOLLGATE_LISTEN" => Some("127.0.0.1:0".into()),
         "TOLLGATE_SITE_ROOT" => Some(site.display().to_string()),
+        "TOLLGATE_STORAGE" => Some(objects.display().to_string()),
         _ => None,
     })
     .expect("test configuration");

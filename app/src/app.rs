@@ -37,6 +37,9 @@ pub fn App() -> impl IntoView {
             <Routes fallback=|| view! { <Layout><NotFoundPage /></Layout> }>
                 <Route path=path!("/login") view=LoginPage ssr=SsrMode::Async />
                 <Route path=path!("/setup") view=SetupPage ssr=SsrMode::Async />
+                <Route path=path!("/edits") view=|| view! { <Layout><EditsPage /></Layout> } ssr=SsrMode::Async />
+                <Route path=path!("/edits/new") view=|| view! { <Layout><NewEditPage /></Layout> } ssr=SsrMode::Async />
+                <Route path=path!("/edits/:id") view=|| view! { <Layout><EditDetailPage /></Layout> } ssr=SsrMode::Async />
                 <Route path=path!("/credits") view=|| view! { <Layout><CreditsPage /></Layout> } ssr=SsrMode::Async />
                 <Route path=path!("/account") view=|| view! { <Layout><AccountPage /></Layout> } ssr=SsrMode::Async />
                 <Route path=path!("/admin/users") view=|| view! { <Layout><UsersPage /></Layout> } ssr=SsrMode::Async />
@@ -79,6 +82,11 @@ struct NavItem {
 /// What each role sees. Items appear as their pages are built.
 const NAV: &[NavItem] = &[
     NavItem {
+        href: "/edits",
+        label: "Edits",
+        role: Role::User,
+    },
+    NavItem {
         href: "/credits",
         label: "Credits",
         role: Role::User,
@@ -105,7 +113,8 @@ fn TopBar(me: Option<Me>) -> impl IntoView {
         NAV.iter()
             .filter(move |item| role.allows(item.role))
             .map(|item| {
-                let current = (path == item.href).then_some("page");
+                let current = (path == item.href || path.starts_with(&format!("{}/", item.href)))
+                    .then_some("page");
                 view! { <a class="nav-link" href=item.href aria-current=current>{item.label}</a> }
             })
             .collect_view()
@@ -113,7 +122,7 @@ fn TopBar(me: Option<Me>) -> impl IntoView {
     view! {
         <header class="topbar">
             <div class="topbar-inner">
-                <a class="brand" href="/credits">
+                <a class="brand" href="/edits">
                     <span class="brand-mark" aria-hidden="true"></span>
                     "Tollgate"
                 </a>

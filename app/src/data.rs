@@ -187,3 +187,125 @@ pub async fn all_users() -> Result<Vec<UserRow>, ServerFnError> {
         })
         .collect())
 }
+
+/// One job as the Edits pages show it.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct JobRow {
+    pub id: String,
+    pub kind: tollgate::model::JobKind,
+    pub status: tollgate::model::JobStatus,
+    pub request: tollgate::model::JobRequest,
+    pub credits: i64,
+    pub estimated_usd: String,
+    pub created: String,
+    pub completed: Option<String>,
+    pub error: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct EventRow {
+    pub kind: String,
+    pub when: String,
+    pub detail: String,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct JobDetail {
+    pub job: JobRow,
+    pub events: Vec<EventRow>,
+}
+
+/// What the New edit page needs: the catalogue (so the island prices with
+/// the same `quote` the server charges with) and a fresh idempotency key.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Composer {
+    pub catalogue: tollgate::model::Catalogue,
+    pub idempotency_key: String,
+    pub balance: i64,
+}
+
+#[cfg(feature = "ssr")]
+fn job_row(j: tollgate::store::Job) -> JobRow {
+    JobRow {
+        id: j.id.to_string(),
+        kind: j.kind,
+        status: j.status,
+        request: j.request,
+        credits: j.credits.get(),
+        estimated_usd: j.estimated_usd.to_string(),
+        created: ssr::when(j.created_at),
+        completed: j.completed_at.map(ssr::when),
+        error: j.error.map(|e| {
+            e.get("message")
+                .and_then(|m| m.as_str())
+                .map(str::to_string)
+                .unwrap_or_else(|| e.to_string())
+        }),
+    }
+}
+
+/// An event's detail as "credits 3 · estimated usd 0.060000".
+#[cfg(feature = "ssr")]
+fn describe(detail: &serde_json::Value) -> String {
+    match detail.as_object() {
+        Some(o) => o
+            .iter()
+            .map(|(k, v)| {
+                let v = v
+                    .as_str()
+                    .map(str::to_string)
+                    .unwrap_or_else(|| v.to_string());
+                format!("{} {v}", k.replace('_', " "))
+            })
+            .collect::<Vec<_>>()
+            .join(" · "),
+        None => detail.to_string(),
+    }
+}
+
+#[server]
+pub async fn my_jobs() -> Result<Vec<JobRow>, ServerFnError> {
+    use ssr::*;
+    let p = require(Role::User).await?;
+    let (jobs, _) = engine()?
+        .list_jobs(&p.user, None, Some(100), None, false)
+        .await
+        .map_err(fail)?;
+    Ok(jobs.into_iter().map(job_row).collect())
+}
+
+#[server]
+pub async fn load_job_detail(id: String) -> Result<JobDetail, ServerFnError> {
+    use ssr::*;
+    let p = require(Role::User).await?;
+    let id = id
+        .parse()
+        .map_err(|_| fail(tollgate::Error::NotFound("edit")))?;
+    let t = engine()?;
+    let job = t.visible_job(&p.user, id).await.map_err(fail)?;
+    let events = t.job_events(&p.user, id).await.map_err(fail)?;
+    Ok(JobDetail {
+        job: job_row(job),
+        events: events
+            .into_iter()
+            .map(|e| EventRow {
+                kind: e.kind,
+                when: e.created_at.format("%Y-%m-%d %H:%M:%S UTC").to_string(),
+                detail: describe(&e.detail),
+            })
+            .collect(),
+    })
+}
+
+#[server]
+pub async fn load_composer() -> Result<Composer, ServerFnError> {
+    use ssr::*;
+    let p = require(Role::User).await?;
+    let t = engine()?;
+    let fresh = t.user(p.user.id).await.map_err(fail)?;
+    Ok(Composer {
+        catalogue: t.catalogue().clone(),
+        idempotency_key: format!("edit-{}", uuid::Uuid::new_v4()),
+        balance: fresh.balance.get(),
+    })
+}

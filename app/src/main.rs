@@ -233,6 +233,20 @@ async fn serve(config: Config, role: NodeRole) -> Result<(), Fatal> {
         }
     });
 
+    // Idempotency keys are kept for a week, then freed (README).
+    let keeper = tollgate.clone();
+    tokio::spawn(async move {
+        let mut every_hour = tokio::time::interval(std::time::Duration::from_secs(3600));
+        loop {
+            every_hour.tick().await;
+            match keeper.expire_idempotency_keys().await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(freed = n, "expired idempotency keys"),
+                Err(e) => tracing::warn!(error = %e, "expiring idempotency keys failed"),
+            }
+        }
+    });
+
     let app = match role {
         NodeRole::All | NodeRole::Web => tollgate_app::server::router(tollgate.clone()),
         // This build has no background work yet: a worker node answers

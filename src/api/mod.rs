@@ -2,14 +2,17 @@
 //! the engine. Handlers are thin: an extractor checks the role, the engine
 //! does the work, `error` shapes every failure.
 
+mod assets;
 mod credits;
 mod error;
+mod jobs;
 mod json;
 mod me;
 mod ops;
 mod users;
 
 pub use error::error_body;
+pub use jobs::{event_json, job_json};
 pub use json::ApiJson;
 
 use crate::Tollgate;
@@ -36,6 +39,18 @@ pub fn router(state: Tollgate) -> Router {
         .route("/credits", get(credits::show))
         .route("/users", get(users::list))
         .route("/users/{id}/credit-grants", post(users::grant))
+        .route("/jobs", post(jobs::submit).get(jobs::list))
+        .route("/jobs/{id}", get(jobs::show))
+        .route("/jobs/{id}/events", get(jobs::events))
+        .route("/jobs/{id}/cancel", post(jobs::cancel))
+        .route("/quote", post(jobs::quote))
+        .route("/catalogue", get(jobs::catalogue))
+        .route("/assets/{id}", get(assets::show))
+        .route("/assets/{id}/content", get(assets::content))
+        .route(
+            "/assets",
+            post(assets::upload).layer(DefaultBodyLimit::max(crate::assets::ASSET_BYTES_MAX)),
+        )
         .fallback(error::not_found)
         .method_not_allowed_fallback(error::method_not_allowed)
         .layer(DefaultBodyLimit::max(JSON_BODY_BYTES_MAX));

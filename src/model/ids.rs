@@ -54,3 +54,11 @@ id_type!(
     /// One row of the append-only credit ledger.
     LedgerEntryId
 );
+id_type!(
+    /// A stored upload (photo or mask), private to its owner.
+    AssetId
+);
+id_type!(
+    /// A paid generation job.
+    JobId
+);

@@ -2,16 +2,28 @@
 //! everything a person types. No I/O here; this module compiles to wasm so a
 //! page can validate with the very functions the server uses.
 
+mod catalogue;
 mod credits;
 mod email;
 mod ids;
+mod job;
 mod ledger;
+mod money;
 mod password;
 mod role;
 
+pub use catalogue::{
+    style, Catalogue, EditModel, Resolution, Strength, Style, TargetKind, VideoModel, VideoPrice,
+    STYLES,
+};
 pub use credits::{Credits, CreditsError};
 pub use email::{Email, EmailError};
-pub use ids::{ApiTokenId, LedgerEntryId, UserId};
+pub use ids::{ApiTokenId, AssetId, JobId, LedgerEntryId, UserId};
+pub use job::{
+    parse_request, quote, FieldErrors, ImageEdit, JobKind, JobRequest, JobStatus, Quote, Target,
+    Video,
+};
 pub use ledger::{LedgerKind, UnknownLedgerKind};
+pub use money::{Usd, UsdError, USD_SCALE};
 pub use password::{Password, PasswordError, PASSWORD_LEN_MAX, PASSWORD_LEN_MIN};
 pub use role::{Role, UnknownRole};

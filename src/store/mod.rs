@@ -5,14 +5,19 @@
 //! at start. The conformance suite in `tests/` runs every method on both.
 
 mod postgres;
+mod postgres_jobs;
 mod records;
 mod sessions;
 mod sqlite;
+mod sqlite_jobs;
 
-pub use records::{ApiToken, LedgerEntry, NewApiToken, NewLedgerEntry, NewUser, User};
+pub use records::{
+    ApiToken, Asset, Job, JobCursor, JobEvent, JobFilter, LedgerEntry, NewApiToken, NewAsset,
+    NewJob, NewLedgerEntry, NewUser, Outcome, Submitted, User,
+};
 pub use sessions::SessionBackend;
 
-use crate::model::{ApiTokenId, Credits, Role, UserId};
+use crate::model::{ApiTokenId, AssetId, Credits, JobId, Role, UserId};
 use chrono::{DateTime, Utc};
 
 /// What can go wrong below the engine. Constraint and trigger failures that
@@ -238,5 +243,65 @@ impl Store {
     /// The sum of a user's entries: always equal to the stored balance.
     pub async fn ledger_sum(&self, user: UserId) -> StoreResult<Credits> {
         dispatch!(self, s => s.ledger_sum(user).await)
+    }
+
+    // ---- assets and jobs ----
+
+    /// Records an upload; the same person uploading the same bytes gets the
+    /// existing asset back.
+    pub async fn insert_asset(&self, new: &NewAsset) -> StoreResult<Asset> {
+        dispatch!(self, s => s.insert_asset(new).await)
+    }
+
+    pub async fn asset(&self, id: AssetId) -> StoreResult<Option<Asset>> {
+        dispatch!(self, s => s.asset(id).await)
+    }
+
+    /// Rules 1 and 2: inserts the job (do nothing when the user's key exists)
+    /// and its debit in one transaction, or reads back the job already made
+    /// under the key. `InsufficientCredits` leaves nothing behind.
+    pub async fn submit_job(&self, new: &NewJob) -> StoreResult<Submitted> {
+        dispatch!(self, s => s.submit_job(new).await)
+    }
+
+    pub async fn job(&self, id: JobId) -> StoreResult<Option<Job>> {
+        dispatch!(self, s => s.job(id).await)
+    }
+
+    /// Jobs newest first, filtered, from a cursor.
+    pub async fn list_jobs(&self, filter: &JobFilter) -> StoreResult<Vec<Job>> {
+        dispatch!(self, s => s.list_jobs(filter).await)
+    }
+
+    /// Rule 9: cancels only a job that is not terminal, and refunds it in the
+    /// same transaction. `None` when it was already terminal.
+    pub async fn cancel_job(&self, id: JobId, at: DateTime<Utc>) -> StoreResult<Option<Job>> {
+        dispatch!(self, s => s.cancel_job(id, at).await)
+    }
+
+    /// Rule 9: writes a terminal outcome only over a job that is not
+    /// terminal; a failure is refunded in the same transaction. `None` when
+    /// another terminal state won.
+    pub async fn finish_job(
+        &self,
+        id: JobId,
+        outcome: &Outcome,
+        at: DateTime<Utc>,
+    ) -> StoreResult<Option<Job>> {
+        dispatch!(self, s => s.finish_job(id, outcome, at).await)
+    }
+
+    /// Rule 3: refunds a failed or cancelled job, once, however often called.
+    pub async fn refund_job(&self, id: JobId, at: DateTime<Utc>) -> StoreResult<bool> {
+        dispatch!(self, s => s.refund_job(id, at).await)
+    }
+
+    pub async fn job_events(&self, id: JobId) -> StoreResult<Vec<JobEvent>> {
+        dispatch!(self, s => s.job_events(id).await)
+    }
+
+    /// Frees idempotency keys of jobs created before `created_before`.
+    pub async fn expire_idempotency_keys(&self, created_before: DateTime<Utc>) -> StoreResult<u64> {
+        dispatch!(self, s => s.expire_idempotency_keys(created_before).await)
     }
 }

@@ -14,7 +14,7 @@ const CONNECTIONS_MAX: u32 = 16;
 
 #[derive(Clone, Debug)]
 pub struct PgStore {
-    pool: PgPool,
+    pub(super) pool: PgPool,
 }
 
 const USER_COLUMNS: &str = "id, email, role, disabled, balance, created_at";

@@ -1,6 +1,9 @@
 //! The rows the store reads and writes, in domain types.
 
-use crate::model::{ApiTokenId, Credits, Email, LedgerEntryId, LedgerKind, Role, UserId};
+use crate::model::{
+    ApiTokenId, AssetId, Credits, Email, JobId, JobKind, JobRequest, JobStatus, LedgerEntryId,
+    LedgerKind, Role, Usd, UserId,
+};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
@@ -66,4 +69,86 @@ pub struct NewLedgerEntry {
     pub actor_id: Option<UserId>,
     pub reason: Option<String>,
     pub created_at: DateTime<Utc>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Asset {
+    pub id: AssetId,
+    pub user_id: UserId,
+    pub sha256: String,
+    pub content_type: String,
+    pub width: u32,
+    pub height: u32,
+    pub bytes: u64,
+    pub object_key: String,
+    pub created_at: DateTime<Utc>,
+}
+
+pub type NewAsset = Asset;
+
+#[derive(Clone, Debug)]
+pub struct Job {
+    pub id: JobId,
+    pub user_id: UserId,
+    pub kind: JobKind,
+    pub status: JobStatus,
+    pub request: JobRequest,
+    pub request_sha256: String,
+    pub idempotency_key: Option<String>,
+    pub credits: Credits,
+    pub estimated_usd: Usd,
+    pub error: Option<serde_json::Value>,
+    pub created_at: DateTime<Utc>,
+    pub completed_at: Option<DateTime<Utc>>,
+}
+
+#[derive(Clone, Debug)]
+pub struct NewJob {
+    pub id: JobId,
+    pub user_id: UserId,
+    pub request: JobRequest,
+    pub request_sha256: String,
+    pub idempotency_key: String,
+    pub credits: Credits,
+    pub estimated_usd: Usd,
+    pub created_at: DateTime<Utc>,
+}
+
+/// What a submission found: a new job (charged), or the one already made
+/// under this key.
+#[derive(Clone, Debug)]
+pub enum Submitted {
+    Created(Job),
+    Existing(Job),
+}
+
+/// A terminal outcome a worker (or a test) writes; the first one wins.
+#[derive(Clone, Debug)]
+pub enum Outcome {
+    Succeeded,
+    Failed(serde_json::Value),
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct JobEvent {
+    pub id: i64,
+    pub job_id: JobId,
+    pub kind: String,
+    pub detail: serde_json::Value,
+    pub created_at: DateTime<Utc>,
+}
+
+/// Where a page of jobs starts: after this (created_at, id), newest first.
+#[derive(Clone, Copy, Debug)]
+pub struct JobCursor {
+    pub created_at: DateTime<Utc>,
+    pub id: JobId,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct JobFilter {
+    pub user_id: Option<UserId>,
+    pub status: Option<JobStatus>,
+    pub after: Option<JobCursor>,
+    pub limit: i64,
 }

@@ -20,8 +20,8 @@ const READERS_MAX: u32 = 8;
 
 #[derive(Clone, Debug)]
 pub struct SqliteStore {
-    writer: SqlitePool,
-    reader: SqlitePool,
+    pub(super) writer: SqlitePool,
+    pub(super) reader: SqlitePool,
 }
 
 const USER_COLUMNS: &str = "id, email, role, disabled, balance, created_at";

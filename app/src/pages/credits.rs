@@ -25,6 +25,21 @@ pub fn CreditsPage() -> impl IntoView {
     }
 }
 
+/// A job's debit or refund links to the job.
+fn reference_view(reference: String) -> impl IntoView {
+    let job = reference
+        .strip_prefix("debit:job:")
+        .or_else(|| reference.strip_prefix("refund:job:"))
+        .map(str::to_string);
+    match job {
+        Some(id) => {
+            view! { <a href=format!("/edits/{id}") data-testid="job-ref">{reference.clone()}</a> }
+                .into_any()
+        }
+        None => view! { <span>{reference}</span> }.into_any(),
+    }
+}
+
 #[component]
 fn CreditsView(data: CreditsData) -> impl IntoView {
     let rows = data
@@ -37,7 +52,7 @@ fn CreditsView(data: CreditsData) -> impl IntoView {
                     <td class="nowrap" data-label="When">{e.when}</td>
                     <td data-label="Kind"><span class=format!("badge badge-{}", e.kind.as_str())>{e.kind.label()}</span></td>
                     <td class="num" data-label="Amount"><span class=class>{format!("{sign}{}", e.amount)}</span></td>
-                    <td class="mono small" data-label="Reference">{e.reference}</td>
+                    <td class="mono small" data-label="Reference">{reference_view(e.reference)}</td>
                     <td data-label="Reason">{e.reason.unwrap_or_default()}</td>
                 </tr>
             }

@@ -4,12 +4,16 @@
 mod account;
 mod auth;
 mod credits;
+mod edits;
+mod new_edit;
 mod status;
 mod users;
 
 pub use account::AccountPage;
 pub use auth::{LoginPage, SetupPage};
 pub use credits::CreditsPage;
+pub use edits::{EditDetailPage, EditsPage};
+pub use new_edit::NewEditPage;
 pub use status::{ForbiddenPage, NotFoundPage};
 pub use users::UsersPage;
 

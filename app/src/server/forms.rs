@@ -12,7 +12,7 @@ use axum::{Form, Router};
 use serde::Deserialize;
 use std::net::SocketAddr;
 use tollgate::auth::{begin_session, end_session, AdminOnly, AnyUser, Authorized};
-use tollgate::model::{ApiTokenId, Credits, Role, UserId};
+use tollgate::model::{ApiTokenId, Credits, JobId, Role, UserId};
 use tollgate::{Error, Tollgate};
 use tower_sessions::Session;
 
@@ -24,6 +24,7 @@ pub fn router(tollgate: Tollgate) -> Router {
         .route("/account/password", post(change_password))
         .route("/account/tokens", post(create_token))
         .route("/account/tokens/{id}/revoke", post(revoke_token))
+        .route("/edits/{id}/cancel", post(cancel_edit))
         .route("/admin/users", post(add_user))
         .route("/admin/users/{id}/role", post(set_role))
         .route("/admin/users/{id}/disabled", post(set_disabled))
@@ -59,7 +60,7 @@ fn safe_next(next: &str) -> &str {
     if next.starts_with('/') && !next.starts_with("//") && !next.starts_with("/\\") {
         next
     } else {
-        "/credits"
+        "/edits"
     }
 }
 
@@ -415,5 +416,43 @@ async fn grant(
             Redirect::to("/admin/users")
         }
         Err(e) => report(&session, e, "/admin/users").await,
+    }
+}
+
+async fn cancel_edit(
+    State(t): State<Tollgate>,
+    who: Authorized<AnyUser>,
+    session: Session,
+    Path(id): Path<String>,
+) -> Redirect {
+    let back = format!("/edits/{id}");
+    let result = match id.parse::<JobId>() {
+        Ok(id) => t.cancel_job(who.user(), id).await,
+        Err(_) => Err(Error::NotFound("edit")),
+    };
+    match result {
+        Ok(job) if job.status == tollgate::model::JobStatus::Cancelled => {
+            flash::ok(
+                &session,
+                format!(
+                    "Cancelled. {} credits are back on your balance.",
+                    job.credits
+                ),
+            )
+            .await;
+            Redirect::to(&back)
+        }
+        Ok(job) => {
+            flash::error(
+                &session,
+                format!(
+                    "It could not be cancelled: it is already {}.",
+                    job.status.label().to_lowercase()
+                ),
+            )
+            .await;
+            Redirect::to(&back)
+        }
+        Err(e) => report(&session, e, "/edits").await,
     }
 }

@@ -58,7 +58,7 @@ pub async fn role_guard(State(t): State<Tollgate>, req: Request, next: Next) -> 
 
     if is_get && path == "/login" {
         if principal.is_some() {
-            return Redirect::to("/credits").into_response();
+            return Redirect::to("/edits").into_response();
         }
         if t.setup_needed().await.unwrap_or(false) {
             return Redirect::to("/setup").into_response();

@@ -50,7 +50,7 @@ pub fn router(tollgate: Tollgate) -> Router {
             let o = options.clone();
             move || shell(o.clone())
         })
-        .route("/", get(|| async { Redirect::to("/credits") }))
+        .route("/", get(|| async { Redirect::to("/edits") }))
         .fallback(leptos_axum::file_and_error_handler_with_context::<
             AppState,
             _,

@@ -1,5 +1,9 @@
 //! Islands: the only parts of a page that ship code to the browser.
 
+mod composer;
+
+pub use composer::EditComposer;
+
 use leptos::prelude::*;
 
 /// A password input with a Show/Hide button. Without JavaScript it is a

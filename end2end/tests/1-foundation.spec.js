@@ -66,7 +66,7 @@ test.describe.serial('foundation', () => {
     await expect(page.getByRole('alert')).toContainText('Email or password is incorrect');
 
     await signIn(page, ADMIN);
-    await expect(page).toHaveURL(/\/credits$/);
+    await expect(page).toHaveURL(/\/edits$/);
     await expect(page.getByRole('navigation', { name: 'Main' })).toContainText('Users');
   });
 
@@ -104,6 +104,8 @@ test.describe.serial('foundation', () => {
 
   test('the grant shows on the user\'s Credits page; admin pages are closed to them', async ({ page }) => {
     await signIn(page, USER);
+    await expect(page).toHaveURL(/\/edits$/);
+    await page.getByRole('navigation', { name: 'Main' }).getByRole('link', { name: 'Credits' }).click();
     await expect(page).toHaveURL(/\/credits$/);
     await expect(page.getByTestId('balance')).toHaveText('25');
     await expect(page.getByTestId('ledger')).toContainText('Welcome to the studio');
@@ -164,7 +166,7 @@ test.describe.serial('foundation', () => {
       const page = await context.newPage();
       if (who) {
         await signIn(page, who);
-        await expect(page).toHaveURL(/\/credits$/);
+        await expect(page).toHaveURL(/\/edits$/);
       }
       for (const [path, least] of Object.entries(groups)) {
         const response = await page.goto(path);
@@ -189,7 +191,7 @@ test.describe.serial('foundation', () => {
     const planted = (await context.cookies()).find((c) => c.name === 'tollgate_session');
     expect(planted).toBeTruthy();
     await signIn(page, USER);
-    await expect(page).toHaveURL(/\/credits$/);
+    await expect(page).toHaveURL(/\/edits$/);
     const after = (await context.cookies()).find((c) => c.name === 'tollgate_session');
     expect(after.value).not.toBe(planted.value);
     // The id from before sign-in opens nothing.
@@ -206,7 +208,7 @@ test.describe.serial('foundation', () => {
     const context = await browser.newContext();
     const page = await context.newPage();
     await signIn(page, USER);
-    await expect(page).toHaveURL(/\/credits$/);
+    await expect(page).toHaveURL(/\/edits$/);
     const before = (await context.cookies()).find((c) => c.name === 'tollgate_session');
     expect(before).toBeTruthy();
     expect(before.httpOnly).toBe(true);

@@ -1,0 +1,121 @@
+// Charge once, as a person meets it: upload a photo, paint a mask, pick a
+// medium, see the price, submit (twice, quickly), find the job in My edits
+// and the debit on Credits, then cancel it and get the refund.
+const { test, expect } = require('@playwright/test');
+const fs = require('fs');
+const path = require('path');
+const { makePng } = require('./png');
+
+const SHOTS = path.join(__dirname, '..', 'screenshots');
+fs.mkdirSync(SHOTS, { recursive: true });
+const shot = (page, name) => page.screenshot({ path: path.join(SHOTS, `${name}.png`), fullPage: true });
+
+const ADMIN = { email: 'admin@studio.test', password: 'admin password 123' };
+const PAINTER = { email: 'painter@studio.test', password: 'painter password 1' };
+
+async function signIn(page, who) {
+  await page.goto('/login');
+  await page.getByLabel('Email').fill(who.email);
+  await page.getByLabel('Password', { exact: true }).fill(who.password);
+  await page.getByRole('button', { name: 'Sign in' }).click();
+  await expect(page).toHaveURL(/\/edits$/);
+}
+
+test.describe.serial('charge once', () => {
+  test('an admin sets up a painter with 20 credits', async ({ page }) => {
+    await signIn(page, ADMIN);
+    await page.goto('/admin/users');
+    await page.getByLabel('Email', { exact: true }).fill(PAINTER.email);
+    await page.getByLabel('Initial password').fill(PAINTER.password);
+    await page.getByRole('button', { name: 'Add user' }).click();
+    const row = page.locator(`tr[data-email="${PAINTER.email}"]`);
+    await row.getByPlaceholder('Credits').fill('20');
+    await row.getByRole('button', { name: 'Grant' }).click();
+    await expect(page.getByRole('status')).toContainText(`Granted 20 credits to ${PAINTER.email}`);
+  });
+
+  test('upload, paint, choose, see the price, double-click submit: one job, one charge', async ({ page }) => {
+    await signIn(page, PAINTER);
+    await expect(page.getByText('No edits yet')).toBeVisible();
+    await shot(page, '10-edits-empty');
+    await page.getByRole('link', { name: 'Make your first edit' }).click();
+    await expect(page).toHaveURL(/\/edits\/new$/);
+
+    // The composer is an island: retry until it has woken up and taken the file.
+    const photo = { name: 'dog.png', mimeType: 'image/png', buffer: makePng(480, 320) };
+    await expect(async () => {
+      await page.getByTestId('photo-input').setInputFiles(photo);
+      await expect(page.getByAltText('Your photo')).toBeVisible({ timeout: 2000 });
+    }).toPass({ timeout: 20_000 });
+
+    await expect(page.getByTestId('price')).toHaveText('2 credits');
+    await page.getByText('An area I paint').click();
+    const canvas = page.getByTestId('mask-canvas');
+    await expect(canvas).toBeVisible();
+    await canvas.evaluate((el) => el.scrollIntoView({ block: 'start' }));
+    await page.evaluate(() => window.scrollBy(0, -80));
+    const box = await canvas.boundingBox();
+    await page.mouse.move(box.x + box.width * 0.25, box.y + box.height * 0.55);
+    await page.mouse.down();
+    for (let i = 0; i <= 10; i++) {
+      await page.mouse.move(box.x + box.width * (0.25 + i * 0.02), box.y + box.height * (0.55 + (i % 3) * 0.03));
+    }
+    await page.mouse.up();
+    await expect(page.getByTestId('stroke-count')).toHaveText('1 stroke');
+
+    await page.getByText('Origami', { exact: true }).click();
+    await page.getByText('Strong', { exact: true }).click();
+    await expect(page.getByTestId('price')).toHaveText('3 credits');
+    await page.getByLabel('Describe it (optional)').fill('the dog on the left');
+    await shot(page, '11-new-edit');
+
+    await page.getByTestId('submit').dblclick();
+    await expect(page).toHaveURL(/\/edits\/[0-9a-f-]{36}$/, { timeout: 20_000 });
+    await expect(page.getByTestId('job-status')).toContainText('Queued');
+    await expect(page.getByTestId('job-price')).toHaveText('3 credits');
+    await expect(page.getByTestId('timeline')).toContainText('created');
+    await shot(page, '12-edit-detail');
+
+    await page.goto('/edits');
+    await expect(page.getByTestId('job-card')).toHaveCount(1);
+    await expect(page.getByTestId('job-card')).toContainText('Origami');
+    await shot(page, '13-my-edits');
+
+    await page.goto('/credits');
+    await expect(page.getByTestId('balance')).toHaveText('17');
+    await expect(page.getByTestId('ledger').getByTestId('job-ref')).toHaveCount(1);
+
+    // The API agrees: one job, and its request carries the painted mask.
+    const jobs = await (await page.request.get('/v1/jobs')).json();
+    expect(jobs.data).toHaveLength(1);
+    expect(jobs.data[0].request.target.kind).toBe('area');
+    expect(jobs.data[0].request.target.mask).toMatch(/[0-9a-f-]{36}/);
+    expect(jobs.data[0].request.style).toBe('origami');
+  });
+
+  test('cancelling refunds once, and the refund shows next to its job', async ({ page }) => {
+    await signIn(page, PAINTER);
+    await page.getByTestId('job-card').click();
+    await page.getByRole('button', { name: 'Cancel and refund' }).click();
+    await expect(page.getByRole('status')).toContainText('3 credits are back');
+    await expect(page.getByTestId('job-status')).toContainText('Cancelled');
+    await expect(page.getByRole('button', { name: 'Cancel and refund' })).toHaveCount(0);
+    await page.goto('/credits');
+    await expect(page.getByTestId('balance')).toHaveText('20');
+    await expect(page.getByTestId('ledger').getByTestId('job-ref')).toHaveCount(2);
+    await shot(page, '14-credits-refund');
+  });
+
+  test('another person cannot see the edit', async ({ page, browser }) => {
+    await signIn(page, PAINTER);
+    const jobs = await (await page.request.get('/v1/jobs')).json();
+    const id = jobs.data[0].id;
+    const context = await browser.newContext();
+    const other = await context.newPage();
+    await signIn(other, { email: 'maya@studio.test', password: 'maya password 123' });
+    await other.goto(`/edits/${id}`);
+    await expect(other.getByRole('alert')).toContainText('not found');
+    expect((await other.request.get(`/v1/jobs/${id}`)).status()).toBe(404);
+    await context.close();
+  });
+});

@@ -1,0 +1,169 @@
+//! `/v1/jobs`, `/v1/quote` and `/v1/catalogue`.
+
+use super::ApiJson;
+use crate::auth::{AnyUser, Authorized};
+use crate::error::{Error, Result};
+use crate::model::{JobId, JobKind, Strength, TargetKind, STYLES};
+use crate::store::{Job, JobEvent};
+use crate::Tollgate;
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+fn rfc3339(t: chrono::DateTime<chrono::Utc>) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+/// The job object of API.md.
+pub fn job_json(job: &Job) -> Value {
+    let lineage = match job.kind {
+        JobKind::ImageEdit => json!({
+            "root": job.id, "parent": null, "repairs_left": 2, "outcome": null, "retained_previous": false
+        }),
+        JobKind::Video => Value::Null,
+    };
+    json!({
+        "id": job.id,
+        "kind": job.kind,
+        "status": job.status,
+        "credits": job.credits,
+        "estimated_usd": job.estimated_usd,
+        "created_at": rfc3339(job.created_at),
+        "completed_at": job.completed_at.map(rfc3339),
+        "request": job.request,
+        "output": null,
+        "error": job.error,
+        "review": null,
+        "lineage": lineage,
+        // No provider has been called for this job yet: zero attempts, and
+        // nothing unpriced. Attempts arrive with execution.
+        "cost": { "usd": "0.000000", "unpriced_attempts": 0, "attempts": 0 },
+    })
+}
+
+pub fn event_json(e: &JobEvent) -> Value {
+    json!({ "id": e.id, "kind": e.kind, "detail": e.detail, "at": rfc3339(e.created_at) })
+}
+
+fn job_id(raw: &str) -> Result<JobId> {
+    raw.parse().map_err(|_| Error::NotFound("job"))
+}
+
+pub async fn submit(
+    State(t): State<Tollgate>,
+    who: Authorized<AnyUser>,
+    headers: HeaderMap,
+    ApiJson(body): ApiJson<Value>,
+) -> Result<Response> {
+    let key = match headers.get("idempotency-key") {
+        None => None,
+        Some(v) => Some(v.to_str().map_err(|_| Error::BadRequest {
+            status: 400,
+            code: "INVALID_IDEMPOTENCY_KEY",
+            message: "Idempotency-Key must be 1 to 255 printable ASCII characters".into(),
+        })?),
+    };
+    let submission = t.submit_job(who.user(), key, &body).await?;
+    let location = format!("/v1/jobs/{}", submission.job.id);
+    let mut response = if submission.created {
+        (StatusCode::CREATED, Json(job_json(&submission.job))).into_response()
+    } else {
+        let mut r = (StatusCode::ACCEPTED, Json(job_json(&submission.job))).into_response();
+        r.headers_mut()
+            .insert("idempotent-replayed", HeaderValue::from_static("true"));
+        r
+    };
+    if let Ok(v) = HeaderValue::from_str(&location) {
+        response.headers_mut().insert(header::LOCATION, v);
+    }
+    Ok(response)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListQuery {
+    status: Option<String>,
+    limit: Option<i64>,
+    cursor: Option<String>,
+}
+
+pub async fn list(
+    State(t): State<Tollgate>,
+    who: Authorized<AnyUser>,
+    query: std::result::Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Value>> {
+    let Query(q) = query.map_err(|e| Error::invalid("query", e.body_text()))?;
+    let (jobs, next) = t
+        .list_jobs(
+            who.user(),
+            q.status.as_deref(),
+            q.limit,
+            q.cursor.as_deref(),
+            false,
+        )
+        .await?;
+    Ok(Json(json!({
+        "data": jobs.iter().map(job_json).collect::<Vec<_>>(),
+        "has_more": next.is_some(),
+        "next_cursor": next,
+    })))
+}
+
+pub async fn show(
+    State(t): State<Tollgate>,
+    who: Authorized<AnyUser>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>> {
+    let job = t.visible_job(who.user(), job_id(&id)?).await?;
+    Ok(Json(job_json(&job)))
+}
+
+pub async fn events(
+    State(t): State<Tollgate>,
+    who: Authorized<AnyUser>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>> {
+    let events = t.job_events(who.user(), job_id(&id)?).await?;
+    Ok(Json(
+        json!({ "data": events.iter().map(event_json).collect::<Vec<_>>() }),
+    ))
+}
+
+pub async fn cancel(
+    State(t): State<Tollgate>,
+    who: Authorized<AnyUser>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>> {
+    let job = t.cancel_job(who.user(), job_id(&id)?).await?;
+    Ok(Json(job_json(&job)))
+}
+
+pub async fn quote(
+    State(t): State<Tollgate>,
+    _who: Authorized<AnyUser>,
+    ApiJson(body): ApiJson<Value>,
+) -> Result<Json<Value>> {
+    let (_, q) = t.price(&body)?;
+    Ok(Json(
+        json!({ "credits": q.credits, "estimated_usd": q.estimated_usd }),
+    ))
+}
+
+pub async fn catalogue(State(t): State<Tollgate>, _who: Authorized<AnyUser>) -> Json<Value> {
+    let c = t.catalogue();
+    Json(json!({
+        "targets": TargetKind::ALL.iter().map(|k| json!({"id": k.as_str(), "label": k.label()})).collect::<Vec<_>>(),
+        "styles": STYLES,
+        "strengths": Strength::ALL.iter().map(|s| json!({"id": s.as_str(), "label": s.label()})).collect::<Vec<_>>(),
+        "credit_usd": c.credit_usd,
+        "edit_model": c.edit_model,
+        "video_models": c.video_models.iter().map(|m| json!({
+            "id": m.id, "name": m.name, "durations_s": m.durations_s,
+            "resolutions": m.resolutions(), "price": m.price,
+        })).collect::<Vec<_>>(),
+        "default_video_model": c.default_video_model,
+    }))
+}

@@ -1,0 +1,227 @@
+//! The door every paid job comes through (rules 1, 2, 3 and 9): idempotent
+//! submission bound to a key and the body's hash, the charge in the same
+//! transaction, cancel, and the one refund. A new job is handed to
+//! execution by id only (a doorbell); nothing runs jobs yet.
+
+use crate::error::{Error, Result};
+use crate::model::{parse_request, quote, JobId, JobRequest, Quote, Role};
+use crate::store::{Job, JobCursor, JobEvent, JobFilter, NewJob, StoreError, Submitted, User};
+use crate::Tollgate;
+use base64::Engine as _;
+use chrono::{DateTime, Duration, Utc};
+
+/// How long an idempotency key is kept: a replay within this window returns
+/// the first job; after it the key is freed (see `expire_idempotency_keys`).
+pub const IDEMPOTENCY_KEY_DAYS: i64 = 7;
+pub const IDEMPOTENCY_KEY_LEN_MAX: usize = 255;
+pub const JOBS_PAGE_MAX: i64 = 100;
+
+/// Checks an `Idempotency-Key`: 1 to 255 printable ASCII characters.
+pub fn check_idempotency_key(key: Option<&str>) -> Result<&str> {
+    let key = key.ok_or(Error::BadRequest {
+        status: 400,
+        code: "IDEMPOTENCY_KEY_REQUIRED",
+        message: "send an Idempotency-Key header (1 to 255 printable ASCII characters) with every paid request".into(),
+    })?;
+    if key.is_empty()
+        || key.len() > IDEMPOTENCY_KEY_LEN_MAX
+        || !key.bytes().all(|b| (0x20..0x7f).contains(&b))
+    {
+        return Err(Error::BadRequest {
+            status: 400,
+            code: "INVALID_IDEMPOTENCY_KEY",
+            message: "Idempotency-Key must be 1 to 255 printable ASCII characters".into(),
+        });
+    }
+    Ok(key)
+}
+
+fn invalid(errors: crate::model::FieldErrors) -> Error {
+    Error::Invalid {
+        message: errors.summary(),
+        fields: errors.0,
+    }
+}
+
+/// Whether a submission made a job or found the one made under its key.
+#[derive(Debug)]
+pub struct Submission {
+    pub job: Job,
+    pub created: bool,
+}
+
+impl Tollgate {
+    /// Validates a request body and prices it, charging nothing.
+    pub fn price(&self, body: &serde_json::Value) -> Result<(JobRequest, Quote)> {
+        let request = parse_request(body, self.catalogue()).map_err(invalid)?;
+        let q = quote(self.catalogue(), &request);
+        Ok((request, q))
+    }
+
+    /// Rule 1: one key and one body make one job. Same key and same body
+    /// return the first job; same key and another body is a conflict; a
+    /// balance that cannot pay makes no job at all.
+    pub async fn submit_job(
+        &self,
+        user: &User,
+        key: Option<&str>,
+        body: &serde_json::Value,
+    ) -> Result<Submission> {
+        let key = check_idempotency_key(key)?;
+        let (request, q) = self.price(body)?;
+        if let Some(missing) = self.owns_assets(user.id, &request.assets()).await? {
+            let field = match &request {
+                crate::model::JobRequest::ImageEdit(e) if e.target.mask == Some(missing) => {
+                    "target.mask"
+                }
+                _ => "source",
+            };
+            return Err(Error::invalid(
+                field,
+                format!("no asset {missing} of yours; upload it with POST /v1/assets"),
+            ));
+        }
+        let hash = request.canonical_hash();
+        let new = NewJob {
+            id: JobId::new(),
+            user_id: user.id,
+            request,
+            request_sha256: hash.clone(),
+            idempotency_key: key.to_string(),
+            credits: q.credits,
+            estimated_usd: q.estimated_usd,
+            created_at: Utc::now(),
+        };
+        match self.store().submit_job(&new).await {
+            Ok(Submitted::Created(job)) => {
+                self.ring(job.id);
+                Ok(Submission { job, created: true })
+            }
+            Ok(Submitted::Existing(job)) if job.request_sha256 == hash => Ok(Submission { job, created: false }),
+            Ok(Submitted::Existing(_)) => Err(Error::Conflict {
+                code: "IDEMPOTENCY_CONFLICT",
+                message: "this Idempotency-Key was used with a different request; use a new key for a new job".into(),
+            }),
+            Err(StoreError::InsufficientCredits) => Err(Error::InsufficientCredits),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// A doorbell: tells execution that a job is waiting. It carries only
+    /// the id; the database is the truth (rule 4).
+    fn ring(&self, job: JobId) {
+        tracing::debug!(%job, "job queued");
+    }
+
+    /// A job its owner, a reviewer or an admin may see; 404 for anyone else.
+    pub async fn visible_job(&self, viewer: &User, id: JobId) -> Result<Job> {
+        let job = self.store().job(id).await?.ok_or(Error::NotFound("job"))?;
+        if job.user_id == viewer.id || viewer.role.allows(Role::Reviewer) {
+            Ok(job)
+        } else {
+            Err(Error::NotFound("job"))
+        }
+    }
+
+    /// The owner's jobs (every job, for an admin asking for all), newest first.
+    pub async fn list_jobs(
+        &self,
+        viewer: &User,
+        status: Option<&str>,
+        limit: Option<i64>,
+        cursor: Option<&str>,
+        all_users: bool,
+    ) -> Result<(Vec<Job>, Option<String>)> {
+        let status = match status.filter(|s| !s.is_empty()) {
+            None => None,
+            Some(s) => Some(crate::model::JobStatus::parse(s).ok_or_else(|| {
+                Error::invalid(
+                    "status",
+                    "must be queued, running, parked, succeeded, failed or cancelled",
+                )
+            })?),
+        };
+        let limit = limit.unwrap_or(20);
+        if !(1..=JOBS_PAGE_MAX).contains(&limit) {
+            return Err(Error::invalid(
+                "limit",
+                format!("must be 1 to {JOBS_PAGE_MAX}"),
+            ));
+        }
+        let after = cursor
+            .filter(|c| !c.is_empty())
+            .map(decode_cursor)
+            .transpose()?;
+        if all_users && !viewer.role.allows(Role::Admin) {
+            return Err(Error::Forbidden);
+        }
+        let filter = JobFilter {
+            user_id: (!all_users).then_some(viewer.id),
+            status,
+            after,
+            limit: limit + 1,
+        };
+        let mut jobs = self.store().list_jobs(&filter).await?;
+        let next = if jobs.len() as i64 > limit {
+            jobs.truncate(limit as usize);
+            jobs.last().map(|j| encode_cursor(j.created_at, j.id))
+        } else {
+            None
+        };
+        Ok((jobs, next))
+    }
+
+    /// Rule 9: cancels a job that is not terminal (and refunds it, once).
+    /// Returns the job as stored either way.
+    pub async fn cancel_job(&self, viewer: &User, id: JobId) -> Result<Job> {
+        let job = self.visible_job(viewer, id).await?;
+        if job.user_id != viewer.id && !viewer.role.allows(Role::Admin) {
+            return Err(Error::NotFound("job"));
+        }
+        match self.store().cancel_job(id, Utc::now()).await? {
+            Some(cancelled) => Ok(cancelled),
+            None => Ok(self.store().job(id).await?.ok_or(Error::NotFound("job"))?),
+        }
+    }
+
+    /// Rule 3: the one refund every caller uses. Refunds a failed or
+    /// cancelled job once; any other call does nothing.
+    pub async fn refund(&self, id: JobId) -> Result<bool> {
+        Ok(self.store().refund_job(id, Utc::now()).await?)
+    }
+
+    pub async fn job_events(&self, viewer: &User, id: JobId) -> Result<Vec<JobEvent>> {
+        self.visible_job(viewer, id).await?;
+        Ok(self.store().job_events(id).await?)
+    }
+
+    /// Frees keys older than the retention window; run by the sweeper.
+    pub async fn expire_idempotency_keys(&self) -> Result<u64> {
+        let before = Utc::now() - Duration::days(IDEMPOTENCY_KEY_DAYS);
+        Ok(self.store().expire_idempotency_keys(before).await?)
+    }
+}
+
+fn encode_cursor(at: DateTime<Utc>, id: JobId) -> String {
+    let raw = format!(
+        "{}|{}",
+        at.to_rfc3339_opts(chrono::SecondsFormat::Nanos, true),
+        id
+    );
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw)
+}
+
+fn decode_cursor(c: &str) -> Result<JobCursor> {
+    let bad = || Error::invalid("cursor", "is not a cursor returned by this API");
+    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(c)
+        .map_err(|_| bad())?;
+    let raw = String::from_utf8(raw).map_err(|_| bad())?;
+    let (at, id) = raw.split_once('|').ok_or_else(bad)?;
+    Ok(JobCursor {
+        created_at: DateTime::parse_from_rfc3339(at)
+            .map_err(|_| bad())?
+            .with_timezone(&Utc),
+        id: id.parse().map_err(|_| bad())?,
+    })
+}

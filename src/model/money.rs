@@ -1,0 +1,87 @@
+//! US dollars as an exact decimal with six places: what providers charge and
+//! what we estimate. Never a float. Serialised as a string ("0.040000").
+
+use rust_decimal::prelude::*;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::fmt;
+
+/// Decimal places every amount is kept to (NUMERIC(12,6) in PostgreSQL).
+pub const USD_SCALE: u32 = 6;
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Usd(Decimal);
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is not an amount in dollars like 0.05")]
+pub struct UsdError(pub String);
+
+impl Usd {
+    pub const ZERO: Usd = Usd(Decimal::ZERO);
+
+    pub fn new(d: Decimal) -> Usd {
+        Usd(d.round_dp(USD_SCALE))
+    }
+
+    pub fn parse(s: &str) -> Result<Usd, UsdError> {
+        let d = Decimal::from_str(s.trim()).map_err(|_| UsdError(s.to_string()))?;
+        if d.is_sign_negative() || d.scale() > USD_SCALE || d > Decimal::from(999_999) {
+            return Err(UsdError(s.to_string()));
+        }
+        Ok(Usd::new(d))
+    }
+
+    pub fn decimal(self) -> Decimal {
+        self.0
+    }
+
+    pub fn times(self, factor: Decimal) -> Usd {
+        Usd::new(self.0 * factor)
+    }
+
+    pub fn plus(self, other: Usd) -> Usd {
+        Usd::new(self.0 + other.0)
+    }
+}
+
+impl fmt::Display for Usd {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = self.0;
+        d.rescale(USD_SCALE);
+        write!(f, "{d}")
+    }
+}
+
+impl Serialize for Usd {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_string())
+    }
+}
+
+impl<'de> Deserialize<'de> for Usd {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        Usd::parse(&s).map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exact_and_six_places() {
+        assert_eq!(Usd::parse("0.04").unwrap().to_string(), "0.040000");
+        assert_eq!(
+            Usd::parse("0.1")
+                .unwrap()
+                .plus(Usd::parse("0.2").unwrap())
+                .to_string(),
+            "0.300000"
+        );
+        assert!(Usd::parse("-1").is_err());
+        assert!(Usd::parse("0.0000001").is_err());
+        assert!(Usd::parse("abc").is_err());
+        let json = serde_json::to_string(&Usd::parse("12.4").unwrap()).unwrap();
+        assert_eq!(json, "\"12.400000\"");
+    }
+}

@@ -1,0 +1,383 @@
+//! The local-folder backend of the object store (the default,
+//! `TOLLGATE_STORAGE=data/objects`).
+//!
+//! Layout under the root folder:
+//! - `KEY~obj`: one file per object, e.g. `jobs/7/out.png~obj`. The suffix
+//!   holds a character keys cannot contain, so a key's file never collides
+//!   with the folder of a longer key (`a` and `a/b` both work, as on S3).
+//!   The file is one JSON line of metadata, then the object's bytes: the
+//!   metadata becomes visible in the same instant as the object, so `head`
+//!   never sees one without the other.
+//! - `~tmp/`: files being written. A put writes and fsyncs a temporary file
+//!   there, then hard-links it to the final name, which fails if that name
+//!   exists: the link is the atomic put-if-absent, across threads, processes
+//!   and nodes sharing the folder. The folder must therefore support hard
+//!   links (any local Linux file system does).
+//!
+//! Everything blocking runs in `spawn_blocking`; reads stream through
+//! `tokio::fs`.
+
+use super::{
+    unfold, BodyStream, NewObjectMeta, ObjectBody, ObjectKey, ObjectMeta, PutOutcome, StorageError,
+};
+use bytes::{Bytes, BytesMut};
+use serde::{Deserialize, Serialize};
+use std::fs::{File, OpenOptions};
+use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+use tokio::io::AsyncReadExt;
+
+/// Appended to every object's file name; '~' cannot appear in a key.
+const SUFFIX: &str = "~obj";
+/// Where puts write before they link; not a valid key segment either.
+const TMP_DIR: &str = "~tmp";
+/// Longest file name most file systems take (ext4, xfs, btrfs).
+const MAX_NAME: usize = 255;
+/// The metadata line is small; a longer one means a damaged file.
+const MAX_HEADER: u64 = 64 * 1024;
+/// Bytes per chunk when streaming a file out.
+const CHUNK: usize = 64 * 1024;
+/// Temporary files older than this were left by a crash; `open` removes
+/// them. Long enough that no live put (on any node) is that slow.
+const STALE_TMP: Duration = Duration::from_secs(60 * 60);
+
+/// A store in a local folder. Cloning shares the root.
+#[derive(Clone, Debug)]
+pub struct FsStore {
+    root: Arc<Path>,
+}
+
+/// The first line of every object file.
+#[derive(Serialize, Deserialize)]
+struct Header {
+    v: u32,
+    key: String,
+    written_by: String,
+    provider: Option<String>,
+    content_type: String,
+    size: u64,
+}
+
+impl FsStore {
+    /// Opens (creating it, private to this user, if missing) the folder at
+    /// `root`, and clears temporary files a crash left behind.
+    pub async fn open(root: impl Into<PathBuf>) -> Result<FsStore, StorageError> {
+        let root: PathBuf = root.into();
+        let store = FsStore {
+            root: Arc::from(root.as_path()),
+        };
+        let tmp = store.root.join(TMP_DIR);
+        blocking(move || {
+            create_private_dir_all(&tmp)
+                .map_err(|e| io_err(&format!("creating {}", tmp.display()), e))?;
+            sweep_stale_temps(&tmp);
+            Ok(())
+        })
+        .await?;
+        Ok(store)
+    }
+
+    /// The folder this store lives in.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub async fn put_if_absent(
+        &self,
+        key: &ObjectKey,
+        bytes: Bytes,
+        meta: &NewObjectMeta,
+    ) -> Result<PutOutcome, StorageError> {
+        let path = self.object_path(key)?;
+        let tmp = self
+            .root
+            .join(TMP_DIR)
+            .join(uuid::Uuid::new_v4().simple().to_string());
+        let header = Header {
+            v: 1,
+            key: key.as_str().to_string(),
+            written_by: meta.written_by.clone(),
+            provider: meta.provider.clone(),
+            content_type: meta.content_type.clone(),
+            size: bytes.len() as u64,
+        };
+        blocking(move || put_blocking(&path, &tmp, &header, &bytes)).await
+    }
+
+    pub async fn head(&self, key: &ObjectKey) -> Result<Option<ObjectMeta>, StorageError> {
+        let path = self.object_path(key)?;
+        blocking(move || Ok(open_object(&path)?.map(|(_, meta, _)| meta))).await
+    }
+
+    pub async fn get(&self, key: &ObjectKey) -> Result<Option<ObjectBody>, StorageError> {
+        let path = self.object_path(key)?;
+        let opened = blocking(move || {
+            let Some((mut file, meta, header_len)) = open_object(&path)? else {
+                return Ok(None);
+            };
+            file.seek(SeekFrom::Start(header_len))
+                .map_err(|e| io_err(&format!("reading {}", path.display()), e))?;
+            Ok(Some((file, meta, path)))
+        })
+        .await?;
+        let Some((file, meta, path)) = opened else {
+            return Ok(None);
+        };
+        let stream = file_stream(tokio::fs::File::from_std(file), meta.size, path);
+        Ok(Some(ObjectBody { meta, stream }))
+    }
+
+    pub async fn delete(&self, key: &ObjectKey) -> Result<(), StorageError> {
+        let path = self.object_path(key)?;
+        match tokio::fs::remove_file(&path).await {
+            Ok(()) => Ok(()),
+            Err(e) if is_missing(&e) => Ok(()),
+            Err(e) => Err(io_err(&format!("deleting {}", path.display()), e)),
+        }
+    }
+
+    /// Writes, syncs and removes a probe file in the temporary folder.
+    pub async fn ping(&self) -> Result<(), StorageError> {
+        let probe = self
+            .root
+            .join(TMP_DIR)
+            .join(format!("ping-{}", uuid::Uuid::new_v4().simple()));
+        blocking(move || {
+            let result = (|| {
+                if let Some(tmp_dir) = probe.parent() {
+                    create_private_dir_all(tmp_dir)?;
+                }
+                let mut f = private_create_new(&probe)?;
+                f.write_all(b"ping")?;
+                f.sync_all()
+            })();
+            let _ = std::fs::remove_file(&probe);
+            result.map_err(|e| io_err(&format!("writing {}", probe.display()), e))
+        })
+        .await
+    }
+
+    /// `ROOT/KEY~obj`. Every segment must fit in a file name; keys are valid
+    /// already, so nothing here can climb out of the root.
+    fn object_path(&self, key: &ObjectKey) -> Result<PathBuf, StorageError> {
+        let name = format!("{}{SUFFIX}", key.as_str());
+        if name.split('/').any(|segment| segment.len() > MAX_NAME) {
+            return Err(StorageError::InvalidKey(format!(
+                "{:?}: a segment longer than {} bytes does not fit in a file name",
+                key.as_str(),
+                MAX_NAME - SUFFIX.len()
+            )));
+        }
+        Ok(self.root.join(name))
+    }
+}
+
+fn put_blocking(
+    path: &Path,
+    tmp: &Path,
+    header: &Header,
+    bytes: &[u8],
+) -> Result<PutOutcome, StorageError> {
+    // Cheap early answer for the common "already there" case; the link
+    // below is what decides a race.
+    if let Some((_, meta, _)) = open_object(path)? {
+        return Ok(PutOutcome::Exists(meta));
+    }
+    let mut line = serde_json::to_vec(header)
+        .map_err(|e| StorageError::Io(format!("encoding metadata: {e}")))?;
+    line.push(b'\n');
+
+    let _cleanup = RemoveOnDrop(tmp);
+    (|| {
+        if let Some(tmp_dir) = tmp.parent() {
+            // Recreated if an operator removed it while we ran.
+            create_private_dir_all(tmp_dir)?;
+        }
+        let mut f = private_create_new(tmp)?;
+        f.write_all(&line)?;
+        f.write_all(bytes)?;
+        // Durable before it is visible: a crash must not leave a linked
+        // object whose bytes never reached the disk.
+        f.sync_all()
+    })()
+    .map_err(|e| io_err(&format!("writing {}", tmp.display()), e))?;
+
+    let parent = path
+        .parent()
+        .ok_or_else(|| StorageError::Io(format!("{} has no parent folder", path.display())))?;
+    // A folder can vanish between creating it and linking into it (an
+    // operator tidying up); a few tries cover that without looping forever.
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        create_private_dir_all(parent)
+            .map_err(|e| io_err(&format!("creating {}", parent.display()), e))?;
+        match std::fs::hard_link(tmp, path) {
+            Ok(()) => break,
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                return match open_object(path)? {
+                    Some((_, meta, _)) => Ok(PutOutcome::Exists(meta)),
+                    // Deleted between our link attempt and this read: the
+                    // key is free again, so try to take it.
+                    None if tries < 5 => continue,
+                    None => Err(StorageError::Io(format!(
+                        "{} keeps appearing and vanishing",
+                        path.display()
+                    ))),
+                };
+            }
+            Err(e) if is_missing(&e) && tries < 5 => continue,
+            Err(e) => return Err(io_err(&format!("linking {}", path.display()), e)),
+        }
+    }
+    // The link is the commit; make the folder entry durable too. A failure
+    // here does not undo the put, so it is not reported as one.
+    if let Ok(dir) = File::open(parent) {
+        let _ = dir.sync_all();
+    }
+    Ok(PutOutcome::Created)
+}
+
+/// Opens an object file and reads its metadata line. Returns the file (its
+/// position somewhere after the header), the metadata and the header's
+/// length, or `None` when there is no such object.
+fn open_object(path: &Path) -> Result<Option<(File, ObjectMeta, u64)>, StorageError> {
+    let file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if is_missing(&e) => return Ok(None),
+        Err(e) => return Err(io_err(&format!("opening {}", path.display()), e)),
+    };
+    let damaged = |why: &str| StorageError::Io(format!("{} is damaged: {why}", path.display()));
+    let file_len = file
+        .metadata()
+        .map_err(|e| io_err(&format!("reading {}", path.display()), e))?
+        .len();
+    let mut reader = BufReader::new(file).take(MAX_HEADER);
+    let mut line = Vec::new();
+    reader
+        .read_until(b'\n', &mut line)
+        .map_err(|e| io_err(&format!("reading {}", path.display()), e))?;
+    if line.last() != Some(&b'\n') {
+        return Err(damaged("no metadata line"));
+    }
+    let header: Header = serde_json::from_slice(&line[..line.len() - 1])
+        .map_err(|e| damaged(&format!("metadata: {e}")))?;
+    let header_len = line.len() as u64;
+    if header.v != 1 {
+        return Err(damaged(&format!("unknown format version {}", header.v)));
+    }
+    if header_len + header.size != file_len {
+        return Err(damaged(&format!(
+            "{} bytes of data, metadata says {}",
+            file_len.saturating_sub(header_len),
+            header.size
+        )));
+    }
+    let meta = ObjectMeta {
+        written_by: header.written_by,
+        provider: header.provider,
+        content_type: header.content_type,
+        size: header.size,
+    };
+    Ok(Some((reader.into_inner().into_inner(), meta, header_len)))
+}
+
+/// Streams `remaining` bytes of `file` in chunks; a file that ends early is
+/// an error, not a short object.
+fn file_stream(file: tokio::fs::File, remaining: u64, path: PathBuf) -> BodyStream {
+    // `None` once the stream has failed, so it ends after its one error.
+    let state = Some((file, remaining, path));
+    unfold(state, |state| async move {
+        let (mut file, remaining, path) = state?;
+        if remaining == 0 {
+            return None;
+        }
+        let want = usize::try_from(remaining).map_or(CHUNK, |r| r.min(CHUNK));
+        let mut buf = BytesMut::with_capacity(want);
+        match (&mut file).take(want as u64).read_buf(&mut buf).await {
+            Ok(0) => Some((
+                Err(StorageError::Io(format!(
+                    "{} ended {remaining} bytes early",
+                    path.display()
+                ))),
+                None,
+            )),
+            Ok(n) => Some((Ok(buf.freeze()), Some((file, remaining - n as u64, path)))),
+            Err(e) => Some((Err(io_err(&format!("reading {}", path.display()), e)), None)),
+        }
+    })
+}
+
+/// Best effort: a temporary file that cannot be removed now will be next
+/// time.
+fn sweep_stale_temps(tmp: &Path) {
+    let Ok(entries) = std::fs::read_dir(tmp) else {
+        return;
+    };
+    let now = SystemTime::now();
+    for entry in entries.flatten() {
+        let old = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| now.duration_since(t).ok())
+            .is_some_and(|age| age > STALE_TMP);
+        if old {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
+struct RemoveOnDrop<'a>(&'a Path);
+
+impl Drop for RemoveOnDrop<'_> {
+    fn drop(&mut self) {
+        // After a successful link the object lives on under its final name;
+        // this only drops the temporary name.
+        let _ = std::fs::remove_file(self.0);
+    }
+}
+
+/// Media is private: files are readable by this user only.
+fn private_create_new(path: &Path) -> io::Result<File> {
+    let mut options = OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    options.open(path)
+}
+
+fn create_private_dir_all(path: &Path) -> io::Result<()> {
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        builder.mode(0o700);
+    }
+    builder.create(path)
+}
+
+fn is_missing(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
+    )
+}
+
+fn io_err(what: &str, e: io::Error) -> StorageError {
+    StorageError::Io(format!("{what}: {e}"))
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, StorageError> + Send + 'static,
+) -> Result<T, StorageError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| StorageError::Io(format!("a blocking file task failed: {e}")))?
+}

@@ -1,0 +1,754 @@
+//! Charge once, on both backends: idempotent submission, the charge and the
+//! job in one transaction, cancel and the one refund, uploads. Races are
+//! real: many tasks, one barrier, then count rows.
+
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+use std::sync::Arc;
+use tokio::sync::Barrier;
+use tollgate::both_backends;
+use tollgate::model::{Credits, JobStatus, Role};
+use tollgate::store::{Outcome, User};
+use tollgate::testkit::TestDb;
+
+const PASSWORD: &str = "correct horse battery";
+
+struct Api {
+    base: String,
+    http: reqwest::Client,
+    db: TestDb,
+}
+
+async fn api(db: TestDb) -> Api {
+    let base = db.serve_api().await;
+    Api {
+        base,
+        http: reqwest::Client::new(),
+        db,
+    }
+}
+
+impl Api {
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    async fn person(&self, email: &str, role: Role, credits: i64) -> (User, String) {
+        let t = &self.db.tollgate;
+        let u = t.add_user(email, role, PASSWORD).await.unwrap();
+        if credits > 0 {
+            t.grant_credits(None, u.id, Credits(credits), None, None)
+                .await
+                .unwrap();
+        }
+        let token = t.create_api_token(&u, "test").await.unwrap().1;
+        (u, token)
+    }
+
+    async fn upload(&self, token: &str, bytes: Vec<u8>, content_type: &str) -> reqwest::Response {
+        self.http
+            .post(self.url("/v1/assets"))
+            .bearer_auth(token)
+            .header("content-type", content_type)
+            .body(bytes)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    async fn photo(&self, token: &str) -> String {
+        let r = self
+            .upload(token, png(64, 48, [200, 120, 40]), "image/png")
+            .await;
+        assert_eq!(r.status(), StatusCode::CREATED);
+        r.json::<Value>().await.unwrap()["id"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    }
+
+    async fn submit(&self, token: &str, key: &str, body: &Value) -> reqwest::Response {
+        self.http
+            .post(self.url("/v1/jobs"))
+            .bearer_auth(token)
+            .header("idempotency-key", key)
+            .json(body)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    async fn balance(&self, u: &User) -> i64 {
+        let t = &self.db.tollgate;
+        let b = t.user(u.id).await.unwrap().balance;
+        // Rule 2's invariant, checked at every look: the ledger sums to the balance.
+        assert_eq!(t.store().ledger_sum(u.id).await.unwrap(), b);
+        b.get()
+    }
+}
+
+fn png(w: u32, h: u32, rgb: [u8; 3]) -> Vec<u8> {
+    let img = image::RgbImage::from_pixel(w, h, image::Rgb(rgb));
+    let mut out = std::io::Cursor::new(Vec::new());
+    img.write_to(&mut out, image::ImageFormat::Png).unwrap();
+    out.into_inner()
+}
+
+fn edit(source: &str) -> Value {
+    json!({"kind": "image_edit", "source": source,
+           "target": {"kind": "pet", "description": "the dog on the left"},
+           "style": "embroidery", "strength": "balanced"})
+}
+
+both_backends!(
+    identical_racing_submits_make_one_job,
+    racing_submits_never_overdraw,
+    same_key_other_body_is_a_conflict_and_charges_nothing,
+    racing_cancels_refund_once,
+    a_refund_never_follows_a_job_that_finished_first,
+    bad_submissions_change_nothing,
+    jobs_are_private_and_paginated,
+    quote_matches_the_charge,
+    uploads_are_sniffed_bounded_and_private,
+    expired_keys_can_be_reused,
+);
+
+async fn identical_racing_submits_make_one_job(db: TestDb) {
+    let a = Arc::new(api(db).await);
+    let (u, token) = a.person("u@example.com", Role::User, 10).await;
+    let source = a.photo(&token).await;
+    let n = 50;
+    let barrier = Arc::new(Barrier::new(n));
+    let mut tasks = Vec::new();
+    for _ in 0..n {
+        let (a, b, token, body) = (a.clone(), barrier.clone(), token.clone(), edit(&source));
+        tasks.push(tokio::spawn(async move {
+            b.wait().await;
+            let r = a.submit(&token, "same-key", &body).await;
+            let status = r.status();
+            let replayed = r.headers().get("idempotent-replayed").is_some();
+            let job: Value = r.json().await.unwrap();
+            (
+                status,
+                replayed,
+                job["id"].as_str().unwrap_or_default().to_string(),
+            )
+        }));
+    }
+    let mut created = 0;
+    let mut ids = std::collections::HashSet::new();
+    for t in tasks {
+        let (status, replayed, id) = t.await.unwrap();
+        match status {
+            StatusCode::CREATED => created += 1,
+            StatusCode::ACCEPTED => assert!(replayed),
+            other => panic!("unexpected {other}"),
+        }
+        ids.insert(id);
+    }
+    assert_eq!(created, 1);
+    assert_eq!(ids.len(), 1, "every reply names the same job");
+    let jobs =
+        a.db.tollgate
+            .list_jobs(&u, None, Some(100), None, false)
+            .await
+            .unwrap()
+            .0;
+    assert_eq!(jobs.len(), 1);
+    assert_eq!(a.balance(&u).await, 10 - 2);
+    let debits = a.db.store().ledger_for_user(u.id, 100).await.unwrap();
+    assert_eq!(
+        debits
+            .iter()
+            .filter(|e| e.reference.starts_with("debit:job:"))
+            .count(),
+        1
+    );
+}
+
+async fn racing_submits_never_overdraw(db: TestDb) {
+    let a = Arc::new(api(db).await);
+    // Each edit costs 2 credits: 6 pays for exactly 3.
+    let (u, token) = a.person("u@example.com", Role::User, 6).await;
+    let source = a.photo(&token).await;
+    let n = 20;
+    let barrier = Arc::new(Barrier::new(n));
+    let mut tasks = Vec::new();
+    for i in 0..n {
+        let (a, b, token, body) = (a.clone(), barrier.clone(), token.clone(), edit(&source));
+        tasks.push(tokio::spawn(async move {
+            b.wait().await;
+            let r = a.submit(&token, &format!("key-{i}"), &body).await;
+            let status = r.status();
+            let body: Value = r.json().await.unwrap();
+            (status, body)
+        }));
+    }
+    let (mut created, mut refused) = (0, 0);
+    for t in tasks {
+        let (status, body) = t.await.unwrap();
+        match status {
+            StatusCode::CREATED => created += 1,
+            StatusCode::PAYMENT_REQUIRED => {
+                assert_eq!(body["error"]["code"], "INSUFFICIENT_CREDITS");
+                refused += 1;
+            }
+            other => panic!("unexpected {other}: {body}"),
+        }
+    }
+    assert_eq!((created, refused), (3, 17));
+    assert_eq!(a.balance(&u).await, 0);
+    let jobs =
+        a.db.tollgate
+            .list_jobs(&u, None, Some(100), None, false)
+            .await
+            .unwrap()
+            .0;
+    assert_eq!(jobs.len(), 3, "a refused charge leaves no job behind");
+}
+
+async fn same_key_other_body_is_a_conflict_and_charges_nothing(db: TestDb) {
+    let a = api(db).await;
+    let (u, token) = a.person("u@example.com", Role::User, 10).await;
+    let source = a.photo(&token).await;
+    assert_eq!(
+        a.submit(&token, "k1", &edit(&source)).await.status(),
+        StatusCode::CREATED
+    );
+    // Key order and whitespace do not matter: this is the same body.
+    let same: Value = serde_json::from_str(&format!(
+        r#"{{"strength":"balanced","style":"embroidery","target":{{"description":" the dog on the left ","kind":"pet"}},"source":"{source}","kind":"image_edit"}}"#
+    ))
+    .unwrap();
+    let replay = a.submit(&token, "k1", &same).await;
+    assert_eq!(replay.status(), StatusCode::ACCEPTED);
+    assert_eq!(replay.headers()["idempotent-replayed"], "true");
+    let mut other = edit(&source);
+    other["style"] = json!("origami");
+    let conflict = a.submit(&token, "k1", &other).await;
+    assert_eq!(conflict.status(), StatusCode::CONFLICT);
+    assert_eq!(
+        conflict.json::<Value>().await.unwrap()["error"]["code"],
+        "IDEMPOTENCY_CONFLICT"
+    );
+    assert_eq!(a.balance(&u).await, 8);
+    // Keys are per user: another person may use the same key.
+    let (v, token2) = a.person("v@example.com", Role::User, 10).await;
+    let source2 = a.photo(&token2).await;
+    assert_eq!(
+        a.submit(&token2, "k1", &edit(&source2)).await.status(),
+        StatusCode::CREATED
+    );
+    assert_eq!(a.balance(&v).await, 8);
+}
+
+async fn racing_cancels_refund_once(db: TestDb) {
+    let a = Arc::new(api(db).await);
+    let (u, token) = a.person("u@example.com", Role::User, 10).await;
+    let source = a.photo(&token).await;
+    let job: Value = a
+        .submit(&token, "c1", &edit(&source))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let id = job["id"].as_str().unwrap().to_string();
+    let n = 5;
+    let barrier = Arc::new(Barrier::new(n));
+    let mut tasks = Vec::new();
+    for _ in 0..n {
+        let (a, b, token, id) = (a.clone(), barrier.clone(), token.clone(), id.clone());
+        tasks.push(tokio::spawn(async move {
+            b.wait().await;
+            let r = a
+                .http
+                .post(a.url(&format!("/v1/jobs/{id}/cancel")))
+                .bearer_auth(&token)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), StatusCode::OK);
+            r.json::<Value>().await.unwrap()["status"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        }));
+    }
+    for t in tasks {
+        assert_eq!(t.await.unwrap(), "cancelled");
+    }
+    let refunds = a.db.store().ledger_for_user(u.id, 100).await.unwrap();
+    assert_eq!(
+        refunds
+            .iter()
+            .filter(|e| e.reference == format!("refund:job:{id}"))
+            .count(),
+        1
+    );
+    assert_eq!(a.balance(&u).await, 10);
+    // The one refund function, called again from anywhere, does nothing more.
+    for _ in 0..5 {
+        assert!(!a.db.tollgate.refund(id.parse().unwrap()).await.unwrap());
+    }
+    assert_eq!(a.balance(&u).await, 10);
+    let events: Value = a
+        .http
+        .get(a.url(&format!("/v1/jobs/{id}/events")))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let kinds: Vec<&str> = events["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["created", "cancelled", "refunded"]);
+}
+
+async fn a_refund_never_follows_a_job_that_finished_first(db: TestDb) {
+    let a = Arc::new(api(db).await);
+    let (u, token) = a.person("u@example.com", Role::User, 40).await;
+    let source = a.photo(&token).await;
+    let mut refunds_seen = 0;
+    for round in 0..10 {
+        let job: Value = a
+            .submit(&token, &format!("r{round}"), &edit(&source))
+            .await
+            .json()
+            .await
+            .unwrap();
+        let id: tollgate::model::JobId = job["id"].as_str().unwrap().parse().unwrap();
+        let barrier = Arc::new(Barrier::new(4));
+        let mut tasks = Vec::new();
+        for _ in 0..3 {
+            let (a, b, token) = (a.clone(), barrier.clone(), token.clone());
+            tasks.push(tokio::spawn(async move {
+                b.wait().await;
+                a.http
+                    .post(a.url(&format!("/v1/jobs/{id}/cancel")))
+                    .bearer_auth(&token)
+                    .send()
+                    .await
+                    .unwrap()
+                    .status()
+            }));
+        }
+        let (store, b) = (a.db.store().clone(), barrier.clone());
+        let finisher = tokio::spawn(async move {
+            b.wait().await;
+            store
+                .finish_job(id, &Outcome::Succeeded, chrono::Utc::now())
+                .await
+                .unwrap()
+        });
+        for t in tasks {
+            assert_eq!(t.await.unwrap(), StatusCode::OK);
+        }
+        let finished_first = finisher.await.unwrap().is_some();
+        let stored = a.db.store().job(id).await.unwrap().unwrap();
+        let refunded =
+            a.db.store()
+                .ledger_for_user(u.id, 200)
+                .await
+                .unwrap()
+                .iter()
+                .filter(|e| e.reference == format!("refund:job:{id}"))
+                .count();
+        if finished_first {
+            assert_eq!(stored.status, JobStatus::Succeeded);
+            assert_eq!(refunded, 0, "a succeeded job was refunded");
+        } else {
+            assert_eq!(stored.status, JobStatus::Cancelled);
+            assert_eq!(refunded, 1);
+            refunds_seen += 1;
+        }
+        // The loser wrote no event.
+        let events = a.db.store().job_events(id).await.unwrap();
+        let terminal = events
+            .iter()
+            .filter(|e| ["succeeded", "failed", "cancelled"].contains(&e.kind.as_str()))
+            .count();
+        assert_eq!(terminal, 1);
+    }
+    let _ = refunds_seen;
+    a.balance(&u).await;
+}
+
+async fn bad_submissions_change_nothing(db: TestDb) {
+    let a = api(db).await;
+    let (u, token) = a.person("u@example.com", Role::User, 10).await;
+    let (_, other_token) = a.person("v@example.com", Role::User, 10).await;
+    let source = a.photo(&token).await;
+    let others = a.photo(&other_token).await;
+
+    let no_key = a
+        .http
+        .post(a.url("/v1/jobs"))
+        .bearer_auth(&token)
+        .json(&edit(&source))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(no_key.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(
+        no_key.json::<Value>().await.unwrap()["error"]["code"],
+        "IDEMPOTENCY_KEY_REQUIRED"
+    );
+
+    let long = a.submit(&token, &"k".repeat(256), &edit(&source)).await;
+    assert_eq!(long.status(), StatusCode::BAD_REQUEST);
+    let tab = a.submit(&token, "bad\tkey", &edit(&source)).await;
+    assert_eq!(tab.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(
+        a.submit(&token, &"k".repeat(255), &json!({}))
+            .await
+            .status(),
+        StatusCode::UNPROCESSABLE_ENTITY
+    );
+
+    let mut unknown = edit(&source);
+    unknown["priority"] = json!("high");
+    let r = a.submit(&token, "u1", &unknown).await;
+    assert_eq!(r.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "INVALID_REQUEST");
+    assert!(
+        body["error"]["details"]["fields"]["priority"].is_string(),
+        "{body}"
+    );
+
+    let mut wrong = edit(&source);
+    wrong["style"] = json!("chalk");
+    wrong["strength"] = json!(3);
+    assert_eq!(
+        a.submit(&token, "u2", &wrong).await.status(),
+        StatusCode::UNPROCESSABLE_ENTITY
+    );
+
+    let mut missing = edit(&source);
+    missing.as_object_mut().unwrap().remove("style");
+    let r = a.submit(&token, "u3", &missing).await;
+    assert_eq!(r.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(r.json::<Value>().await.unwrap()["error"]["details"]["fields"]["style"].is_string());
+
+    let stolen = a.submit(&token, "u4", &edit(&others)).await;
+    assert_eq!(stolen.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(
+        stolen.json::<Value>().await.unwrap()["error"]["details"]["fields"]["source"].is_string()
+    );
+
+    let huge = json!({"kind": "video", "prompt": "x".repeat(100_000), "duration_s": 2, "resolution": "720p"});
+    let r = a.submit(&token, "u5", &huge).await;
+    assert_eq!(r.status(), StatusCode::PAYLOAD_TOO_LARGE);
+
+    let malformed = a
+        .http
+        .post(a.url("/v1/jobs"))
+        .bearer_auth(&token)
+        .header("idempotency-key", "u6")
+        .header("content-type", "application/json")
+        .body("{\"kind\":")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(malformed.status(), StatusCode::BAD_REQUEST);
+
+    assert_eq!(a.balance(&u).await, 10);
+    assert!(a
+        .db
+        .tollgate
+        .list_jobs(&u, None, Some(10), None, false)
+        .await
+        .unwrap()
+        .0
+        .is_empty());
+}
+
+async fn jobs_are_private_and_paginated(db: TestDb) {
+    let a = api(db).await;
+    let (_, token) = a.person("u@example.com", Role::User, 30).await;
+    let (_, other) = a.person("v@example.com", Role::User, 0).await;
+    let (_, admin) = a.person("admin@example.com", Role::Admin, 0).await;
+    let source = a.photo(&token).await;
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        let job: Value = a
+            .submit(&token, &format!("p{i}"), &edit(&source))
+            .await
+            .json()
+            .await
+            .unwrap();
+        ids.push(job["id"].as_str().unwrap().to_string());
+    }
+    let get = |t: &str, path: String| a.http.get(a.url(&path)).bearer_auth(t.to_string()).send();
+    assert_eq!(
+        get(&other, format!("/v1/jobs/{}", ids[0]))
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        get(&other, format!("/v1/jobs/{}/events", ids[0]))
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::NOT_FOUND
+    );
+    let cancel = a
+        .http
+        .post(a.url(&format!("/v1/jobs/{}/cancel", ids[0])))
+        .bearer_auth(&other)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(cancel.status(), StatusCode::NOT_FOUND);
+    assert_eq!(
+        get(&admin, format!("/v1/jobs/{}", ids[0]))
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::OK
+    );
+    let mine: Value = get(&token, format!("/v1/jobs/{}", ids[0]))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(mine["status"], "queued");
+    assert_eq!(mine["credits"], 2);
+    assert_eq!(mine["request"]["style"], "embroidery");
+    assert_eq!(mine["cost"]["unpriced_attempts"], 0);
+
+    let mut seen = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let q = match &cursor {
+            Some(c) => format!("/v1/jobs?limit=2&cursor={c}"),
+            None => "/v1/jobs?limit=2".into(),
+        };
+        let page: Value = get(&token, q).await.unwrap().json().await.unwrap();
+        for j in page["data"].as_array().unwrap() {
+            seen.push(j["id"].as_str().unwrap().to_string());
+        }
+        if !page["has_more"].as_bool().unwrap() {
+            break;
+        }
+        cursor = page["next_cursor"].as_str().map(str::to_string);
+    }
+    ids.reverse();
+    assert_eq!(seen, ids, "newest first, each once");
+    let none: Value = get(&other, "/v1/jobs".into())
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(none["data"].as_array().unwrap().is_empty());
+    assert_eq!(
+        get(&token, "/v1/jobs?status=exploded".into())
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::UNPROCESSABLE_ENTITY
+    );
+    assert_eq!(
+        get(&token, "/v1/jobs?limit=0".into())
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::UNPROCESSABLE_ENTITY
+    );
+    assert_eq!(
+        get(&token, "/v1/jobs?cursor=nonsense".into())
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::UNPROCESSABLE_ENTITY
+    );
+    let queued: Value = get(&token, "/v1/jobs?status=queued".into())
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(queued["data"].as_array().unwrap().len(), 5);
+}
+
+async fn quote_matches_the_charge(db: TestDb) {
+    let a = api(db).await;
+    let (u, token) = a.person("u@example.com", Role::User, 100).await;
+    let source = a.photo(&token).await;
+    let cat: Value = a
+        .http
+        .get(a.url("/v1/catalogue"))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(cat["styles"].as_array().unwrap().len(), 15);
+    let bodies = [
+        edit(&source),
+        json!({"kind": "image_edit", "source": source, "target": {"kind": "background"}, "style": "linocut", "strength": "strong"}),
+        json!({"kind": "video", "prompt": "a paper boat on a pond", "duration_s": 5, "resolution": "1080p"}),
+        json!({"kind": "video", "prompt": "a paper boat", "model": "local-reel", "duration_s": 8, "resolution": "720p", "source": source}),
+    ];
+    let mut spent = 0;
+    for (i, body) in bodies.iter().enumerate() {
+        let q: Value = a
+            .http
+            .post(a.url("/v1/quote"))
+            .bearer_auth(&token)
+            .json(body)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let before = a.balance(&u).await;
+        let job: Value = a
+            .submit(&token, &format!("q{i}"), body)
+            .await
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(job["credits"], q["credits"], "{body}");
+        assert_eq!(job["estimated_usd"], q["estimated_usd"]);
+        let charged = before - a.balance(&u).await;
+        assert_eq!(charged, q["credits"].as_i64().unwrap());
+        spent += charged;
+    }
+    assert_eq!(a.balance(&u).await, 100 - spent);
+    let bad = a
+        .http
+        .post(a.url("/v1/quote"))
+        .bearer_auth(&token)
+        .json(&json!({"kind": "video"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status(), StatusCode::UNPROCESSABLE_ENTITY);
+}
+
+async fn uploads_are_sniffed_bounded_and_private(db: TestDb) {
+    let a = api(db).await;
+    let (_, token) = a.person("u@example.com", Role::User, 0).await;
+    let (_, other) = a.person("v@example.com", Role::User, 0).await;
+    let (_, reviewer) = a.person("r@example.com", Role::Reviewer, 0).await;
+    let bytes = png(64, 48, [1, 2, 3]);
+    let r = a.upload(&token, bytes.clone(), "image/png").await;
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let asset: Value = r.json().await.unwrap();
+    assert_eq!(
+        (asset["width"].as_u64(), asset["height"].as_u64()),
+        (Some(64), Some(48))
+    );
+    assert_eq!(asset["bytes"].as_u64(), Some(bytes.len() as u64));
+    assert_eq!(asset["sha256"].as_str().unwrap().len(), 64);
+    let again: Value = a
+        .upload(&token, bytes.clone(), "image/png")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(again["id"], asset["id"], "same bytes, same asset");
+
+    assert_eq!(
+        a.upload(&token, bytes.clone(), "image/jpeg").await.status(),
+        StatusCode::UNSUPPORTED_MEDIA_TYPE
+    );
+    assert_eq!(
+        a.upload(&token, bytes.clone(), "text/html").await.status(),
+        StatusCode::UNSUPPORTED_MEDIA_TYPE
+    );
+    assert_eq!(
+        a.upload(&token, b"<svg onload=alert(1)>".to_vec(), "image/png")
+            .await
+            .status(),
+        StatusCode::UNSUPPORTED_MEDIA_TYPE
+    );
+    let mut broken = bytes.clone();
+    broken.truncate(60);
+    let r = a.upload(&token, broken, "image/png").await;
+    assert_eq!(r.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(
+        r.json::<Value>().await.unwrap()["error"]["code"],
+        "UNDECODABLE_IMAGE"
+    );
+    let r = a
+        .upload(&token, vec![0u8; 21 * 1024 * 1024], "image/png")
+        .await;
+    assert_eq!(r.status(), StatusCode::PAYLOAD_TOO_LARGE);
+
+    let id = asset["id"].as_str().unwrap();
+    let own = a
+        .http
+        .get(a.url(&format!("/v1/assets/{id}/content")))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(own.status(), StatusCode::OK);
+    assert_eq!(own.headers()["content-type"], "image/png");
+    assert_eq!(own.bytes().await.unwrap().to_vec(), bytes);
+    let theirs = a
+        .http
+        .get(a.url(&format!("/v1/assets/{id}/content")))
+        .bearer_auth(&other)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(theirs.status(), StatusCode::NOT_FOUND);
+    let anon = a
+        .http
+        .get(a.url(&format!("/v1/assets/{id}/content")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(anon.status(), StatusCode::UNAUTHORIZED);
+    let rev = a
+        .http
+        .get(a.url(&format!("/v1/assets/{id}/content")))
+        .bearer_auth(&reviewer)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(rev.status(), StatusCode::OK);
+}
+
+async fn expired_keys_can_be_reused(db: TestDb) {
+    let a = api(db).await;
+    let (u, token) = a.person("u@example.com", Role::User, 10).await;
+    let source = a.photo(&token).await;
+    assert_eq!(
+        a.submit(&token, "old-key", &edit(&source)).await.status(),
+        StatusCode::CREATED
+    );
+    // Within the window nothing expires.
+    assert_eq!(a.db.tollgate.expire_idempotency_keys().await.unwrap(), 0);
+    assert_eq!(
+        a.submit(&token, "old-key", &edit(&source)).await.status(),
+        StatusCode::ACCEPTED
+    );
+    // Past it, the key is freed: the same key makes a new job.
+    let later = chrono::Utc::now() + chrono::Duration::seconds(1);
+    assert_eq!(
+        a.db.store().expire_idempotency_keys(later).await.unwrap(),
+        1
+    );
+    assert_eq!(
+        a.submit(&token, "old-key", &edit(&source)).await.status(),
+        StatusCode::CREATED
+    );
+    assert_eq!(a.balance(&u).await, 6);
+}
