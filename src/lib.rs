@@ -23,6 +23,8 @@ pub mod jobs;
 #[cfg(feature = "server")]
 pub mod ledger;
 #[cfg(feature = "server")]
+pub mod providers;
+#[cfg(feature = "server")]
 pub mod service;
 #[cfg(feature = "server")]
 pub mod storage;

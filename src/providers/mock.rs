@@ -1,0 +1,403 @@
+//! A scriptable provider speaking the async prediction protocol of API.md
+//! ("The mock provider"): submit with an `Idempotency-Key`, poll, look up by
+//! key, and per-test behaviours (429, 5xx, refusals, hangs, accept-then-drop,
+//! cost present or absent). It counts paid predictions per key, so a test
+//! can assert "paid once". Run as `tollgate-mock-provider`, a separate
+//! process that survives Tollgate's crash, or in-process via `router`.
+
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Scripted behaviours queued at most (a bound on test input).
+const SCRIPT_LEN_MAX: usize = 10_000;
+
+/// What the next `POST /v1/predictions` does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Behaviour {
+    Ok,
+    /// Created and paid; later reports `failed`.
+    Fail,
+    /// Created and paid; later reports a content refusal.
+    Refuse,
+    /// 429 with `Retry-After: 1`; nothing created.
+    RateLimit,
+    /// 503; nothing created.
+    Unavailable,
+    /// 401; nothing created.
+    Unauthorized,
+    /// 422; nothing created.
+    Invalid,
+    /// The request is read and never answered; nothing created.
+    Hang,
+    /// Created and paid, then the connection is closed without an answer.
+    AcceptThenDrop,
+    /// Succeeds with `cost_usd: null`.
+    OmitCost,
+}
+
+#[derive(Clone, Debug)]
+pub struct MockConfig {
+    /// A repeated `Idempotency-Key` returns the first prediction, unpaid.
+    pub idempotency: bool,
+    /// `GET /v1/predictions?idempotency_key=K` answers.
+    pub lookup: bool,
+    /// How long a prediction runs before it reports its outcome.
+    pub latency: Duration,
+    /// What a successful prediction reports it cost; `None` reports null.
+    pub price_usd: Option<String>,
+    /// Base of output URLs (`{base}/outputs/{id}.png`).
+    pub public_base: String,
+}
+
+impl Default for MockConfig {
+    fn default() -> Self {
+        MockConfig {
+            idempotency: true,
+            lookup: true,
+            latency: Duration::ZERO,
+            price_usd: Some("0.100000".into()),
+            public_base: String::new(),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Prediction {
+    id: String,
+    key: Option<String>,
+    model: String,
+    behaviour: Behaviour,
+    created: Instant,
+    cancelled: bool,
+}
+
+#[derive(Default)]
+struct Book {
+    script: VecDeque<Behaviour>,
+    predictions: Vec<Prediction>,
+    by_id: HashMap<String, usize>,
+    /// Paid predictions per idempotency key ("" when a call had none).
+    paid_by_key: BTreeMap<String, u64>,
+    paid: u64,
+}
+
+#[derive(Clone)]
+pub struct MockProvider {
+    config: Arc<MockConfig>,
+    book: Arc<Mutex<Book>>,
+}
+
+/// The payload of the panic that drops a connection without an answer; the
+/// binary's panic hook stays quiet about it.
+pub struct DropConnection;
+
+impl MockProvider {
+    pub fn new(config: MockConfig) -> MockProvider {
+        MockProvider {
+            config: Arc::new(config),
+            book: Arc::new(Mutex::new(Book::default())),
+        }
+    }
+
+    fn book(&self) -> std::sync::MutexGuard<'_, Book> {
+        // A panic while holding the lock cannot leave the book half-written
+        // (every update is a single step), so a poisoned lock is still usable.
+        self.book.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn status_of(&self, p: &Prediction) -> &'static str {
+        if p.cancelled {
+            return "canceled";
+        }
+        let elapsed = p.created.elapsed();
+        if elapsed < self.config.latency / 4 {
+            "starting"
+        } else if elapsed < self.config.latency {
+            "processing"
+        } else {
+            match p.behaviour {
+                Behaviour::Fail | Behaviour::Refuse => "failed",
+                _ => "succeeded",
+            }
+        }
+    }
+
+    fn prediction_json(&self, p: &Prediction) -> Value {
+        let status = self.status_of(p);
+        let done = status == "succeeded";
+        let error = match (status, p.behaviour) {
+            ("failed", Behaviour::Refuse) => {
+                json!({"code": "content_refused", "message": "the request was refused by the content policy"})
+            }
+            ("failed", _) => {
+                json!({"code": "generation_failed", "message": "the model failed to produce an output"})
+            }
+            _ => Value::Null,
+        };
+        let cost = match (done || status == "failed", p.behaviour) {
+            (true, Behaviour::OmitCost) | (false, _) => Value::Null,
+            (true, _) => self
+                .config
+                .price_usd
+                .clone()
+                .map(Value::String)
+                .unwrap_or(Value::Null),
+        };
+        json!({
+            "id": p.id,
+            "model": p.model,
+            "status": status,
+            "output": if done { json!(format!("{}/outputs/{}.png", self.config.public_base, p.id)) } else { Value::Null },
+            "error": error,
+            "metrics": { "predict_time": if done { json!(self.config.latency.as_secs_f64()) } else { Value::Null } },
+            "cost_usd": cost,
+        })
+    }
+
+    /// The router of the mock provider.
+    pub fn router(&self) -> Router {
+        Router::new()
+            .route("/v1/predictions", post(create).get(lookup))
+            .route("/v1/predictions/{id}", get(show))
+            .route("/v1/predictions/{id}/cancel", post(cancel))
+            .route("/outputs/{file}", get(output))
+            .route("/_mock/script", post(script))
+            .route("/_mock/stats", get(stats))
+            .with_state(self.clone())
+    }
+}
+
+fn error(status: StatusCode, code: &str, message: &str) -> Response {
+    (
+        status,
+        Json(json!({"error": {"code": code, "message": message}})),
+    )
+        .into_response()
+}
+
+#[derive(Deserialize)]
+struct CreateBody {
+    model: String,
+    #[serde(default)]
+    #[allow(dead_code)]
+    input: Value,
+}
+
+async fn create(
+    State(m): State<MockProvider>,
+    headers: HeaderMap,
+    body: Result<Json<CreateBody>, axum::extract::rejection::JsonRejection>,
+) -> Response {
+    let Ok(Json(body)) = body else {
+        return error(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_input",
+            "the body must be {\"model\", \"input\"}",
+        );
+    };
+    let key = headers
+        .get("idempotency-key")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let behaviour = m.book().script.pop_front().unwrap_or(Behaviour::Ok);
+    match behaviour {
+        Behaviour::RateLimit => {
+            let mut r = error(StatusCode::TOO_MANY_REQUESTS, "rate_limited", "slow down");
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            return r;
+        }
+        Behaviour::Unavailable => {
+            return error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable",
+                "try again later",
+            )
+        }
+        Behaviour::Unauthorized => {
+            return error(StatusCode::UNAUTHORIZED, "unauthorized", "bad credentials")
+        }
+        Behaviour::Invalid => {
+            return error(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid_input",
+                "the input is invalid",
+            )
+        }
+        Behaviour::Hang => {
+            std::future::pending::<()>().await;
+            unreachable!("pending never resolves");
+        }
+        _ => {}
+    }
+    // With idempotency on, a repeated key is the first prediction, unpaid.
+    let (json, created) = {
+        let mut book = m.book();
+        let existing = key.as_ref().filter(|_| m.config.idempotency).and_then(|k| {
+            book.predictions
+                .iter()
+                .position(|p| p.key.as_deref() == Some(k.as_str()))
+        });
+        match existing {
+            Some(i) => (m.prediction_json(&book.predictions[i].clone()), false),
+            None => {
+                let p = Prediction {
+                    id: format!("pred_{}", uuid::Uuid::new_v4().simple()),
+                    key: key.clone(),
+                    model: body.model,
+                    behaviour,
+                    created: Instant::now(),
+                    cancelled: false,
+                };
+                book.paid += 1;
+                *book
+                    .paid_by_key
+                    .entry(key.clone().unwrap_or_default())
+                    .or_insert(0) += 1;
+                let i = book.predictions.len();
+                book.by_id.insert(p.id.clone(), i);
+                let j = json!({"id": p.id, "status": "starting"});
+                book.predictions.push(p);
+                (j, true)
+            }
+        }
+    };
+    if created && behaviour == Behaviour::AcceptThenDrop {
+        // Paid, and then no answer at all: the uncertain case.
+        std::panic::panic_any(DropConnection);
+    }
+    let status = if created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    (status, Json(json)).into_response()
+}
+
+async fn show(State(m): State<MockProvider>, Path(id): Path<String>) -> Response {
+    let book = m.book();
+    match book.by_id.get(&id).map(|i| &book.predictions[*i]) {
+        Some(p) => Json(m.prediction_json(p)).into_response(),
+        None => error(StatusCode::NOT_FOUND, "not_found", "no such prediction"),
+    }
+}
+
+async fn cancel(State(m): State<MockProvider>, Path(id): Path<String>) -> Response {
+    let mut book = m.book();
+    let Some(i) = book.by_id.get(&id).copied() else {
+        return error(StatusCode::NOT_FOUND, "not_found", "no such prediction");
+    };
+    if m.status_of(&book.predictions[i]) != "succeeded" {
+        book.predictions[i].cancelled = true;
+    }
+    Json(m.prediction_json(&book.predictions[i])).into_response()
+}
+
+#[derive(Deserialize)]
+struct LookupQuery {
+    idempotency_key: Option<String>,
+}
+
+async fn lookup(State(m): State<MockProvider>, Query(q): Query<LookupQuery>) -> Response {
+    if !m.config.lookup {
+        return error(
+            StatusCode::NOT_FOUND,
+            "lookup_unsupported",
+            "this provider cannot look predictions up by key",
+        );
+    }
+    let Some(key) = q.idempotency_key else {
+        return error(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_input",
+            "idempotency_key is required",
+        );
+    };
+    let book = m.book();
+    match book
+        .predictions
+        .iter()
+        .find(|p| p.key.as_deref() == Some(key.as_str()))
+    {
+        Some(p) => Json(m.prediction_json(p)).into_response(),
+        None => error(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            "no prediction was made under that key",
+        ),
+    }
+}
+
+/// A small PNG standing in for a generated image.
+async fn output(State(m): State<MockProvider>, Path(file): Path<String>) -> Response {
+    let id = file.strip_suffix(".png").unwrap_or(&file).to_string();
+    let known = {
+        let book = m.book();
+        book.by_id
+            .get(&id)
+            .map(|i| m.status_of(&book.predictions[*i]) == "succeeded")
+    };
+    if known != Some(true) {
+        return error(StatusCode::NOT_FOUND, "not_found", "no such output");
+    }
+    let shade = id.bytes().fold(0u8, |a, b| a.wrapping_add(b));
+    let img = image::RgbImage::from_pixel(16, 16, image::Rgb([shade, 128, 255 - shade]));
+    let mut out = std::io::Cursor::new(Vec::new());
+    if img.write_to(&mut out, image::ImageFormat::Png).is_err() {
+        return error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "could not draw the output",
+        );
+    }
+    ([(header::CONTENT_TYPE, "image/png")], out.into_inner()).into_response()
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ScriptBody {
+    next: Vec<Behaviour>,
+}
+
+async fn script(
+    State(m): State<MockProvider>,
+    body: Result<Json<ScriptBody>, axum::extract::rejection::JsonRejection>,
+) -> Response {
+    let Ok(Json(body)) = body else {
+        return error(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_script",
+            "send {\"next\": [behaviour, ...]}",
+        );
+    };
+    let mut book = m.book();
+    if book.script.len() + body.next.len() > SCRIPT_LEN_MAX {
+        return error(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "script_too_long",
+            "at most 10000 queued behaviours",
+        );
+    }
+    book.script.extend(body.next);
+    Json(json!({"queued": book.script.len()})).into_response()
+}
+
+async fn stats(State(m): State<MockProvider>) -> Json<Value> {
+    let book = m.book();
+    Json(json!({
+        "paid_predictions": book.paid,
+        "by_idempotency_key": book.paid_by_key,
+        "predictions": book.predictions.iter().map(|p| json!({
+            "id": p.id, "idempotency_key": p.key, "status": m.status_of(p),
+        })).collect::<Vec<_>>(),
+    }))
+}
