@@ -5,15 +5,18 @@
 //! at start. The conformance suite in `tests/` runs every method on both.
 
 mod postgres;
+mod postgres_exec;
 mod postgres_jobs;
 mod records;
 mod sessions;
 mod sqlite;
+mod sqlite_exec;
 mod sqlite_jobs;
 
 pub use records::{
-    ApiToken, Asset, Job, JobCursor, JobEvent, JobFilter, LedgerEntry, NewApiToken, NewAsset,
-    NewJob, NewLedgerEntry, NewUser, Outcome, Submitted, User,
+    ApiToken, Asset, Attempt, AttemptOutcome, BudgetDay, Claim, Job, JobCursor, JobEvent,
+    JobFilter, LedgerEntry, NewApiToken, NewAsset, NewAttempt, NewJob, NewLedgerEntry, NewUser,
+    Outcome, StepRecord, Submitted, User,
 };
 pub use sessions::SessionBackend;
 
@@ -30,6 +33,8 @@ pub enum StoreError {
     Conflict(&'static str),
     #[error("insufficient credits")]
     InsufficientCredits,
+    #[error("this run no longer holds the job (its fencing token is stale)")]
+    StaleClaim,
     #[error("the ledger is append-only")]
     ImmutableLedger,
     #[error("a stored value is invalid: {0}")]
@@ -303,5 +308,137 @@ impl Store {
     /// Frees idempotency keys of jobs created before `created_before`.
     pub async fn expire_idempotency_keys(&self, created_before: DateTime<Utc>) -> StoreResult<u64> {
         dispatch!(self, s => s.expire_idempotency_keys(created_before).await)
+    }
+
+    // ---- execution: claims, steps, attempts, the breaker ----
+
+    /// Rule 5: claims up to `n` jobs that are queued or whose lease expired,
+    /// in one conditional update that sets the lease and bumps each job's
+    /// fencing token (`FOR UPDATE SKIP LOCKED` on PostgreSQL).
+    pub async fn claim_jobs(
+        &self,
+        worker: &str,
+        n: i64,
+        lease_until: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Vec<Claim>> {
+        dispatch!(self, s => s.claim_jobs(worker, n, lease_until, now).await)
+    }
+
+    /// Extends a lease; false when the token is stale.
+    pub async fn heartbeat(
+        &self,
+        job: JobId,
+        token: i64,
+        lease_until: DateTime<Utc>,
+    ) -> StoreResult<bool> {
+        dispatch!(self, s => s.heartbeat(job, token, lease_until).await)
+    }
+
+    /// Gives a held job back to the queue (graceful shutdown).
+    pub async fn release_claim(
+        &self,
+        job: JobId,
+        token: i64,
+        at: DateTime<Utc>,
+    ) -> StoreResult<bool> {
+        dispatch!(self, s => s.release_claim(job, token, at).await)
+    }
+
+    /// Rule 6: the steps a job has completed, with their recorded outputs.
+    pub async fn steps(&self, job: JobId) -> StoreResult<Vec<StepRecord>> {
+        dispatch!(self, s => s.steps(job).await)
+    }
+
+    /// Records a completed step in one transaction with the token check;
+    /// `StaleClaim` when the run no longer holds the job.
+    pub async fn complete_step(
+        &self,
+        job: JobId,
+        token: i64,
+        step: &str,
+        output: &serde_json::Value,
+        at: DateTime<Utc>,
+    ) -> StoreResult<()> {
+        dispatch!(self, s => s.complete_step(job, token, step, output, at).await)
+    }
+
+    /// Rule 9 for a held job: the terminal write names the token and matches
+    /// only a running job; a failure is refunded in the same transaction.
+    pub async fn finish_claimed(
+        &self,
+        job: JobId,
+        token: i64,
+        outcome: &Outcome,
+        output: Option<(&str, &str)>,
+        at: DateTime<Utc>,
+    ) -> StoreResult<Job> {
+        dispatch!(self, s => s.finish_claimed(job, token, outcome, output, at).await)
+    }
+
+    /// The stored output's key and content type, once the job succeeded.
+    pub async fn job_output(&self, job: JobId) -> StoreResult<Option<(String, String)>> {
+        dispatch!(self, s => s.job_output(job).await)
+    }
+
+    /// Who holds a job and its current fencing token.
+    pub async fn job_lease(&self, job: JobId) -> StoreResult<Option<(Option<String>, i64)>> {
+        dispatch!(self, s => s.job_lease(job).await)
+    }
+
+    /// Rule 7: writes the attempt (`submitting`) before the request leaves.
+    pub async fn begin_attempt(&self, new: &NewAttempt, token: i64) -> StoreResult<()> {
+        dispatch!(self, s => s.begin_attempt(new, token).await)
+    }
+
+    /// Rule 10: records an attempt's outcome once; telemetry may be refreshed.
+    pub async fn end_attempt(&self, id: uuid::Uuid, outcome: &AttemptOutcome) -> StoreResult<()> {
+        dispatch!(self, s => s.end_attempt(id, outcome).await)
+    }
+
+    pub async fn attempts(&self, job: JobId) -> StoreResult<Vec<Attempt>> {
+        dispatch!(self, s => s.attempts(job).await)
+    }
+
+    pub async fn budget_day(
+        &self,
+        day: chrono::NaiveDate,
+        default_cap: crate::model::Usd,
+    ) -> StoreResult<BudgetDay> {
+        dispatch!(self, s => s.budget_day(day, default_cap).await)
+    }
+
+    pub async fn set_budget(
+        &self,
+        day: chrono::NaiveDate,
+        default_cap: crate::model::Usd,
+        cap: Option<crate::model::Usd>,
+        halted: Option<bool>,
+    ) -> StoreResult<BudgetDay> {
+        dispatch!(self, s => s.set_budget(day, default_cap, cap, halted).await)
+    }
+
+    /// Rule 11: a reservation against the day's cap, refused when halted or
+    /// when it would go over.
+    pub async fn reserve(
+        &self,
+        job: JobId,
+        token: i64,
+        day: chrono::NaiveDate,
+        default_cap: crate::model::Usd,
+        amount: crate::model::Usd,
+        at: DateTime<Utc>,
+    ) -> StoreResult<bool> {
+        dispatch!(self, s => s.reserve(job, token, day, default_cap, amount, at).await)
+    }
+
+    /// Settles a job's held reservation (an unknown cost stays at the estimate).
+    pub async fn settle(
+        &self,
+        job: JobId,
+        cost: Option<crate::model::Usd>,
+        at: DateTime<Utc>,
+    ) -> StoreResult<bool> {
+        dispatch!(self, s => s.settle(job, cost, at).await)
     }
 }

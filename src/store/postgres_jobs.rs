@@ -34,7 +34,7 @@ fn asset_from_row(row: &PgRow) -> StoreResult<Asset> {
     })
 }
 
-fn job_from_row(row: &PgRow) -> StoreResult<Job> {
+pub(super) fn job_from_row(row: &PgRow) -> StoreResult<Job> {
     let kind: String = row.try_get("kind")?;
     let status: String = row.try_get("status")?;
     let request: String = row.try_get("request")?;
@@ -80,7 +80,11 @@ async fn event(
 
 /// Rule 3, the one refund: derived reference, do-nothing-on-conflict, and
 /// only while the job is failed or cancelled. True when this call refunded.
-async fn refund_in(conn: &mut PgConnection, job: JobId, at: DateTime<Utc>) -> StoreResult<bool> {
+pub(super) async fn refund_in(
+    conn: &mut PgConnection,
+    job: JobId,
+    at: DateTime<Utc>,
+) -> StoreResult<bool> {
     let r = sqlx::query(
         "INSERT INTO ledger (id, user_id, amount, kind, reference, actor_id, reason, created_at) \
          SELECT $1, user_id, credits, 'refund', 'refund:job:' || $2, NULL, 'job ' || status, $3 \

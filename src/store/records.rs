@@ -152,3 +152,72 @@ pub struct JobFilter {
     pub after: Option<JobCursor>,
     pub limit: i64,
 }
+
+/// A job a worker holds: the job and the fencing token its writes must name.
+#[derive(Clone, Debug)]
+pub struct Claim {
+    pub job: Job,
+    pub token: i64,
+}
+
+/// A completed step's recorded output.
+#[derive(Clone, Debug)]
+pub struct StepRecord {
+    pub step: String,
+    pub output: serde_json::Value,
+}
+
+/// A provider attempt as it is written before the call (rule 7).
+#[derive(Clone, Debug)]
+pub struct NewAttempt {
+    pub id: uuid::Uuid,
+    pub job_id: JobId,
+    pub provider: String,
+    pub model: String,
+    pub attempt_no: i32,
+    pub idempotency_key: String,
+    pub started_at: DateTime<Utc>,
+}
+
+/// What an attempt ended as. `cost_usd: None` is unpriced, never zero.
+#[derive(Clone, Debug)]
+pub struct AttemptOutcome {
+    pub state: &'static str,
+    pub provider_job_id: Option<String>,
+    pub error_class: Option<String>,
+    pub error: Option<String>,
+    pub duration_ms: i64,
+    pub usage: Option<serde_json::Value>,
+    pub cost_usd: Option<Usd>,
+    pub cost_source: Option<&'static str>,
+    pub finished_at: DateTime<Utc>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Attempt {
+    pub id: uuid::Uuid,
+    pub job_id: JobId,
+    pub provider: String,
+    pub model: String,
+    pub attempt_no: i32,
+    pub state: String,
+    pub idempotency_key: String,
+    pub provider_job_id: Option<String>,
+    pub error_class: Option<String>,
+    pub error: Option<String>,
+    pub duration_ms: Option<i64>,
+    pub usage: Option<serde_json::Value>,
+    pub cost_usd: Option<Usd>,
+    pub cost_source: Option<String>,
+    pub started_at: DateTime<Utc>,
+}
+
+/// One UTC day of the spending breaker.
+#[derive(Clone, Debug, Serialize)]
+pub struct BudgetDay {
+    pub day: chrono::NaiveDate,
+    pub cap_usd: Usd,
+    pub used_usd: Usd,
+    pub reserved_usd: Usd,
+    pub halted: bool,
+}

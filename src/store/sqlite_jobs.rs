@@ -34,7 +34,7 @@ fn asset_from_row(row: &SqliteRow) -> StoreResult<Asset> {
     })
 }
 
-fn job_from_row(row: &SqliteRow) -> StoreResult<Job> {
+pub(super) fn job_from_row(row: &SqliteRow) -> StoreResult<Job> {
     let kind: String = row.try_get("kind")?;
     let status: String = row.try_get("status")?;
     let request: String = row.try_get("request")?;
@@ -78,7 +78,7 @@ async fn event(
 
 /// Rule 3, the one refund: derived reference, do-nothing-on-conflict, and
 /// only while the job is failed or cancelled. True when this call refunded.
-async fn refund_in(
+pub(super) async fn refund_in(
     conn: &mut SqliteConnection,
     job: JobId,
     at: DateTime<Utc>,
