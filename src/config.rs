@@ -48,6 +48,10 @@ pub struct Config {
     /// Login attempts allowed per minute for one account, and from one address.
     pub logins_per_account_per_minute: u32,
     pub logins_per_address_per_minute: u32,
+    /// Workers this node runs (role all or worker).
+    pub workers: usize,
+    /// A day's spending cap unless an admin set one for that day.
+    pub daily_cap_usd: crate::model::Usd,
     /// Where the built site (CSS, wasm, static files) is served from.
     pub site_root: PathBuf,
 }
@@ -163,6 +167,29 @@ impl Config {
         let logins_per_address_per_minute =
             per_minute("TOLLGATE_LOGINS_PER_ADDRESS_PER_MINUTE", 20)?;
 
+        let workers = match non_empty("TOLLGATE_WORKERS") {
+            None => 2,
+            Some(v) => v
+                .parse::<usize>()
+                .ok()
+                .filter(|n| (1..=256).contains(n))
+                .ok_or_else(|| {
+                    ConfigError::new(
+                        "TOLLGATE_WORKERS",
+                        format!("{v:?} is not a number from 1 to 256"),
+                    )
+                })?,
+        };
+        let daily_cap_usd = match non_empty("TOLLGATE_DAILY_CAP_USD") {
+            None => crate::model::Usd::parse("50.00").unwrap_or_default(),
+            Some(v) => crate::model::Usd::parse(&v).map_err(|_| {
+                ConfigError::new(
+                    "TOLLGATE_DAILY_CAP_USD",
+                    format!("{v:?} is not an amount like 50.00"),
+                )
+            })?,
+        };
+
         let site_root =
             PathBuf::from(non_empty("TOLLGATE_SITE_ROOT").unwrap_or_else(|| "target/site".into()));
 
@@ -177,6 +204,8 @@ impl Config {
             log_format,
             logins_per_account_per_minute,
             logins_per_address_per_minute,
+            workers,
+            daily_cap_usd,
             site_root,
         })
     }

@@ -111,6 +111,7 @@ impl Tollgate {
     /// the id; the database is the truth (rule 4).
     fn ring(&self, job: JobId) {
         tracing::debug!(%job, "job queued");
+        self.doorbell().notify_one();
     }
 
     /// A job its owner, a reviewer or an admin may see; 404 for anyone else.

@@ -17,6 +17,8 @@ pub mod auth;
 #[cfg(feature = "server")]
 pub mod config;
 #[cfg(feature = "server")]
+pub mod engine;
+#[cfg(feature = "server")]
 pub mod error;
 #[cfg(feature = "server")]
 pub mod jobs;

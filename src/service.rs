@@ -19,6 +19,9 @@ struct Inner {
     catalogue: Catalogue,
     config: Config,
     login_limits: LoginLimits,
+    /// Wakes idle workers when a job is queued. It carries nothing: the
+    /// database is the truth, and the sweeper rings anyway (rule 4).
+    doorbell: Arc<tokio::sync::Notify>,
 }
 
 impl Tollgate {
@@ -34,6 +37,7 @@ impl Tollgate {
                 catalogue: Catalogue::builtin(),
                 config,
                 login_limits,
+                doorbell: Arc::new(tokio::sync::Notify::new()),
             }),
         }
     }
@@ -69,6 +73,10 @@ impl Tollgate {
     /// and a charge.
     pub fn catalogue(&self) -> &Catalogue {
         &self.inner.catalogue
+    }
+
+    pub fn doorbell(&self) -> Arc<tokio::sync::Notify> {
+        self.inner.doorbell.clone()
     }
 
     pub fn config(&self) -> &Config {

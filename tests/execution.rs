@@ -119,7 +119,7 @@ async fn a_stale_token_cannot_write(db: TestDb) {
         .await;
     assert!(matches!(stale, Err(StoreError::StaleClaim)), "{stale:?}");
     let stale = s
-        .finish_claimed(ids[0], first.token, &Outcome::Succeeded, None, later)
+        .finish_claimed(ids[0], first.token, &Outcome::Succeeded, None, None, later)
         .await;
     assert!(matches!(stale, Err(StoreError::StaleClaim)));
     let attempt = NewAttempt {
@@ -141,6 +141,7 @@ async fn a_stale_token_cannot_write(db: TestDb) {
             second.token,
             &Outcome::Succeeded,
             Some(("outputs/x", "image/gif")),
+            None,
             later,
         )
         .await
@@ -216,7 +217,7 @@ async fn cancel_wins_over_a_running_worker(db: TestDb) {
         Err(StoreError::StaleClaim)
     ));
     assert!(matches!(
-        s.finish_claimed(ids[0], claim.token, &Outcome::Succeeded, None, now)
+        s.finish_claimed(ids[0], claim.token, &Outcome::Succeeded, None, None, now)
             .await,
         Err(StoreError::StaleClaim)
     ));

@@ -200,6 +200,23 @@ pub struct JobRow {
     pub created: String,
     pub completed: Option<String>,
     pub error: Option<String>,
+    /// Clarifying questions when the photo was not ready.
+    pub questions: Vec<String>,
+    pub output_url: Option<String>,
+    pub output_content_type: Option<String>,
+    /// (verdict, notes) of the review, when one ran.
+    pub review: Option<(String, String)>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct AttemptRow {
+    pub model: String,
+    pub attempt_no: i32,
+    pub state: String,
+    pub duration_ms: Option<i64>,
+    /// None is unpriced (shown as such, never as zero).
+    pub cost_usd: Option<String>,
+    pub cost_source: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -213,6 +230,7 @@ pub struct EventRow {
 pub struct JobDetail {
     pub job: JobRow,
     pub events: Vec<EventRow>,
+    pub attempts: Vec<AttemptRow>,
 }
 
 /// What the New edit page needs: the catalogue (so the island prices with
@@ -226,7 +244,28 @@ pub struct Composer {
 
 #[cfg(feature = "ssr")]
 fn job_row(j: tollgate::store::Job) -> JobRow {
+    let succeeded = j.status == tollgate::model::JobStatus::Succeeded;
     JobRow {
+        questions: j
+            .error
+            .as_ref()
+            .and_then(|e| e.get("questions"))
+            .and_then(|q| q.as_array())
+            .map(|q| {
+                q.iter()
+                    .filter_map(|x| x.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default(),
+        output_url: (succeeded && j.output_content_type.is_some())
+            .then(|| format!("/v1/jobs/{}/output", j.id)),
+        output_content_type: j.output_content_type.clone(),
+        review: j.review.as_ref().map(|r| {
+            (
+                r["verdict"].as_str().unwrap_or_default().to_string(),
+                r["notes"].as_str().unwrap_or_default().to_string(),
+            )
+        }),
         id: j.id.to_string(),
         kind: j.kind,
         status: j.status,
@@ -284,7 +323,19 @@ pub async fn load_job_detail(id: String) -> Result<JobDetail, ServerFnError> {
     let t = engine()?;
     let job = t.visible_job(&p.user, id).await.map_err(fail)?;
     let events = t.job_events(&p.user, id).await.map_err(fail)?;
+    let attempts = t.store().attempts(id).await.map_err(|e| fail(e.into()))?;
     Ok(JobDetail {
+        attempts: attempts
+            .into_iter()
+            .map(|a| AttemptRow {
+                model: a.model,
+                attempt_no: a.attempt_no,
+                state: a.state,
+                duration_ms: a.duration_ms,
+                cost_usd: a.cost_usd.map(|c| c.to_string()),
+                cost_source: a.cost_source,
+            })
+            .collect(),
         job: job_row(job),
         events: events
             .into_iter()

@@ -247,10 +247,18 @@ async fn serve(config: Config, role: NodeRole) -> Result<(), Fatal> {
         }
     });
 
+    let engine = match role {
+        NodeRole::All | NodeRole::Worker => {
+            let workers = tollgate.config().workers;
+            tracing::info!(workers, "starting workers");
+            Some(tollgate::engine::start(tollgate.clone(), workers))
+        }
+        NodeRole::Web => None,
+    };
+
     let app = match role {
         NodeRole::All | NodeRole::Web => tollgate_app::server::router(tollgate.clone()),
-        // This build has no background work yet: a worker node answers
-        // health checks only.
+        // A worker node runs jobs and answers health checks.
         NodeRole::Worker => tollgate::api::ops_router(tollgate.clone()),
     };
     tracing::info!(%listen, ?role, backend = ?tollgate.store().backend(), "Tollgate is listening on http://{listen}");
@@ -261,6 +269,10 @@ async fn serve(config: Config, role: NodeRole) -> Result<(), Fatal> {
     .with_graceful_shutdown(shutdown_signal())
     .await
     .map_err(|e| Fatal(format!("serving: {e}")))?;
+    if let Some(engine) = engine {
+        // Stop claiming; jobs held between steps go back to the queue.
+        engine.shutdown().await;
+    }
     tollgate.store().close().await;
     tracing::info!("stopped");
     Ok(())

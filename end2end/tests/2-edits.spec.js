@@ -71,9 +71,13 @@ test.describe.serial('charge once', () => {
 
     await page.getByTestId('submit').dblclick();
     await expect(page).toHaveURL(/\/edits\/[0-9a-f-]{36}$/, { timeout: 20_000 });
-    await expect(page.getByTestId('job-status')).toContainText('Queued');
     await expect(page.getByTestId('job-price')).toHaveText('3 credits');
     await expect(page.getByTestId('timeline')).toContainText('created');
+    // The edit runs on the local provider; the page follows it to the end.
+    await expect(page.getByTestId('job-status')).toContainText('Done', { timeout: 30_000 });
+    await expect(page.getByTestId('result-image')).toBeVisible();
+    await expect(page.getByTestId('review')).toContainText('Review passed');
+    await expect(page.getByTestId('attempts')).toContainText('derived');
     await shot(page, '12-edit-detail');
 
     await page.goto('/edits');
@@ -93,16 +97,24 @@ test.describe.serial('charge once', () => {
     expect(jobs.data[0].request.style).toBe('origami');
   });
 
-  test('cancelling refunds once, and the refund shows next to its job', async ({ page }) => {
+  test('a photo that is not ready fails with questions, and is refunded next to its job', async ({ page }) => {
     await signIn(page, PAINTER);
-    await page.getByTestId('job-card').click();
-    await page.getByRole('button', { name: 'Cancel and refund' }).click();
-    await expect(page.getByRole('status')).toContainText('3 credits are back');
-    await expect(page.getByTestId('job-status')).toContainText('Cancelled');
-    await expect(page.getByRole('button', { name: 'Cancel and refund' })).toHaveCount(0);
+    await page.goto('/edits/new');
+    // A photo with nothing to find: one flat colour.
+    const flat = { name: 'wall.png', mimeType: 'image/png', buffer: makePng(200, 150, true) };
+    await expect(async () => {
+      await page.getByTestId('photo-input').setInputFiles(flat);
+      await expect(page.getByAltText('Your photo')).toBeVisible({ timeout: 2000 });
+    }).toPass({ timeout: 20_000 });
+    await page.getByText('A person', { exact: true }).click();
+    await page.getByTestId('submit').click();
+    await expect(page).toHaveURL(/\/edits\/[0-9a-f-]{36}$/, { timeout: 20_000 });
+    await expect(page.getByTestId('job-status')).toContainText('Failed', { timeout: 30_000 });
+    await expect(page.getByText('Before we try again:')).toBeVisible();
+    await shot(page, '15-not-ready');
     await page.goto('/credits');
-    await expect(page.getByTestId('balance')).toHaveText('20');
-    await expect(page.getByTestId('ledger').getByTestId('job-ref')).toHaveCount(2);
+    await expect(page.getByTestId('balance')).toHaveText('17');
+    await expect(page.getByTestId('ledger').getByTestId('job-ref')).toHaveCount(3);
     await shot(page, '14-credits-refund');
   });
 

@@ -21,12 +21,13 @@ function chunk(type, data) {
 }
 
 // A photo-like test image: a sky gradient, a green lawn and a brown "dog".
-function makePng(w, h) {
+function makePng(w, h, flat = false) {
   const raw = Buffer.alloc((w * 3 + 1) * h);
   for (let y = 0; y < h; y++) {
     raw[y * (w * 3 + 1)] = 0;
     for (let x = 0; x < w; x++) {
       const i = y * (w * 3 + 1) + 1 + x * 3;
+      if (flat) { raw[i] = 200; raw[i + 1] = 190; raw[i + 2] = 180; continue; }
       let [r, g, b] = y < h * 0.6 ? [120 + (y * 80) / h, 170 + (y * 40) / h, 235] : [70, 150 + ((x * y) % 20), 60];
       const dx = (x - w * 0.35) / (w * 0.16), dy = (y - h * 0.62) / (h * 0.2);
       if (dx * dx + dy * dy < 1) [r, g, b] = [150, 95, 50];

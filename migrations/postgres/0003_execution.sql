@@ -7,6 +7,7 @@ ALTER TABLE jobs ADD COLUMN lease_expires_at timestamptz;
 -- Bumped by every claim; every write of a run names it.
 ALTER TABLE jobs ADD COLUMN fencing_token bigint NOT NULL DEFAULT 0;
 ALTER TABLE jobs ADD COLUMN output_key text;
+ALTER TABLE jobs ADD COLUMN review jsonb;
 ALTER TABLE jobs ADD COLUMN output_content_type text;
 CREATE INDEX jobs_claimable ON jobs (status, lease_expires_at, created_at);
 

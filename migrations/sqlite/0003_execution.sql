@@ -8,6 +8,7 @@ ALTER TABLE jobs ADD COLUMN lease_expires_at TEXT;
 ALTER TABLE jobs ADD COLUMN fencing_token INTEGER NOT NULL DEFAULT 0;
 -- Where the job's output lives once stored.
 ALTER TABLE jobs ADD COLUMN output_key TEXT;
+ALTER TABLE jobs ADD COLUMN review TEXT;
 ALTER TABLE jobs ADD COLUMN output_content_type TEXT;
 CREATE INDEX jobs_claimable ON jobs (status, lease_expires_at, created_at);
 

@@ -3,8 +3,8 @@
 use super::ApiJson;
 use crate::auth::{AnyUser, Authorized};
 use crate::error::{Error, Result};
-use crate::model::{JobId, JobKind, Strength, TargetKind, STYLES};
-use crate::store::{Job, JobEvent};
+use crate::model::{JobId, JobKind, JobStatus, Strength, TargetKind, Usd, STYLES};
+use crate::store::{Attempt, Job, JobEvent};
 use crate::Tollgate;
 use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
@@ -15,6 +15,35 @@ use serde_json::{json, Value};
 
 fn rfc3339(t: chrono::DateTime<chrono::Utc>) -> String {
     t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+/// The cost block of a job from its attempts: priced spend, and how many
+/// attempts nobody could price (never counted as zero).
+pub fn cost_json(attempts: &[Attempt]) -> Value {
+    let priced = attempts
+        .iter()
+        .filter_map(|a| a.cost_usd)
+        .fold(Usd::ZERO, |sum, c| sum.plus(c));
+    let unpriced = attempts
+        .iter()
+        .filter(|a| a.cost_usd.is_none() && a.state != "submitting")
+        .count();
+    json!({ "usd": priced, "unpriced_attempts": unpriced, "attempts": attempts.len() })
+}
+
+pub fn attempt_json(a: &Attempt) -> Value {
+    json!({
+        "provider": a.provider, "model": a.model, "attempt_no": a.attempt_no, "state": a.state,
+        "error_class": a.error_class, "error": a.error, "duration_ms": a.duration_ms, "usage": a.usage,
+        "cost_usd": a.cost_usd, "cost_source": a.cost_source, "started_at": rfc3339(a.started_at),
+    })
+}
+
+/// The job object of API.md, with its attempts' cost.
+pub fn job_json_with(job: &Job, attempts: &[Attempt]) -> Value {
+    let mut v = job_json(job);
+    v["cost"] = cost_json(attempts);
+    v
 }
 
 /// The job object of API.md.
@@ -34,13 +63,14 @@ pub fn job_json(job: &Job) -> Value {
         "created_at": rfc3339(job.created_at),
         "completed_at": job.completed_at.map(rfc3339),
         "request": job.request,
-        "output": null,
+        "output": match (&job.status, &job.output_content_type) {
+            (JobStatus::Succeeded, Some(ct)) => json!({"url": format!("/v1/jobs/{}/output", job.id), "content_type": ct}),
+            _ => Value::Null,
+        },
         "error": job.error,
-        "review": null,
+        "review": job.review,
         "lineage": lineage,
-        // No provider has been called for this job yet: zero attempts, and
-        // nothing unpriced. Attempts arrive with execution.
-        "cost": { "usd": "0.000000", "unpriced_attempts": 0, "attempts": 0 },
+        "cost": null,
     })
 }
 
@@ -67,11 +97,20 @@ pub async fn submit(
         })?),
     };
     let submission = t.submit_job(who.user(), key, &body).await?;
+    let attempts = t.store().attempts(submission.job.id).await?;
     let location = format!("/v1/jobs/{}", submission.job.id);
     let mut response = if submission.created {
-        (StatusCode::CREATED, Json(job_json(&submission.job))).into_response()
+        (
+            StatusCode::CREATED,
+            Json(job_json_with(&submission.job, &attempts)),
+        )
+            .into_response()
     } else {
-        let mut r = (StatusCode::ACCEPTED, Json(job_json(&submission.job))).into_response();
+        let mut r = (
+            StatusCode::ACCEPTED,
+            Json(job_json_with(&submission.job, &attempts)),
+        )
+            .into_response();
         r.headers_mut()
             .insert("idempotent-replayed", HeaderValue::from_static("true"));
         r
@@ -105,8 +144,12 @@ pub async fn list(
             false,
         )
         .await?;
+    let mut data = Vec::with_capacity(jobs.len());
+    for j in &jobs {
+        data.push(job_json_with(j, &t.store().attempts(j.id).await?));
+    }
     Ok(Json(json!({
-        "data": jobs.iter().map(job_json).collect::<Vec<_>>(),
+        "data": data,
         "has_more": next.is_some(),
         "next_cursor": next,
     })))
@@ -118,7 +161,55 @@ pub async fn show(
     Path(id): Path<String>,
 ) -> Result<Json<Value>> {
     let job = t.visible_job(who.user(), job_id(&id)?).await?;
-    Ok(Json(job_json(&job)))
+    let attempts = t.store().attempts(job.id).await?;
+    Ok(Json(job_json_with(&job, &attempts)))
+}
+
+pub async fn attempts(
+    State(t): State<Tollgate>,
+    who: Authorized<AnyUser>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>> {
+    let job = t.visible_job(who.user(), job_id(&id)?).await?;
+    let attempts = t.store().attempts(job.id).await?;
+    Ok(Json(
+        json!({ "data": attempts.iter().map(attempt_json).collect::<Vec<_>>() }),
+    ))
+}
+
+/// The output's bytes, to the owner, reviewers and admins.
+pub async fn output(
+    State(t): State<Tollgate>,
+    who: Authorized<AnyUser>,
+    Path(id): Path<String>,
+) -> Result<Response> {
+    let job = t.visible_job(who.user(), job_id(&id)?).await?;
+    let (key, content_type) = t
+        .store()
+        .job_output(job.id)
+        .await?
+        .ok_or(Error::NotFound("output"))?;
+    let key = crate::storage::ObjectKey::parse(&key).map_err(|e| Error::Internal(e.to_string()))?;
+    let body = t
+        .objects()
+        .get(&key)
+        .await
+        .map_err(|e| Error::Internal(format!("reading an output: {e}")))?
+        .ok_or(Error::NotFound("output"))?;
+    let mut response = axum::body::Body::from_stream(body.stream).into_response();
+    let h = response.headers_mut();
+    if let Ok(v) = HeaderValue::from_str(&content_type) {
+        h.insert(header::CONTENT_TYPE, v);
+    }
+    h.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("private, max-age=3600"),
+    );
+    h.insert(
+        "x-content-type-options",
+        HeaderValue::from_static("nosniff"),
+    );
+    Ok(response)
 }
 
 pub async fn events(
@@ -138,7 +229,8 @@ pub async fn cancel(
     Path(id): Path<String>,
 ) -> Result<Json<Value>> {
     let job = t.cancel_job(who.user(), job_id(&id)?).await?;
-    Ok(Json(job_json(&job)))
+    let attempts = t.store().attempts(job.id).await?;
+    Ok(Json(job_json_with(&job, &attempts)))
 }
 
 pub async fn quote(

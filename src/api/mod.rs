@@ -12,7 +12,7 @@ mod ops;
 mod users;
 
 pub use error::error_body;
-pub use jobs::{event_json, job_json};
+pub use jobs::{attempt_json, event_json, job_json, job_json_with};
 pub use json::ApiJson;
 
 use crate::Tollgate;
@@ -42,6 +42,8 @@ pub fn router(state: Tollgate) -> Router {
         .route("/jobs", post(jobs::submit).get(jobs::list))
         .route("/jobs/{id}", get(jobs::show))
         .route("/jobs/{id}/events", get(jobs::events))
+        .route("/jobs/{id}/attempts", get(jobs::attempts))
+        .route("/jobs/{id}/output", get(jobs::output))
         .route("/jobs/{id}/cancel", post(jobs::cancel))
         .route("/quote", post(jobs::quote))
         .route("/catalogue", get(jobs::catalogue))

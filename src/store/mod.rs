@@ -371,9 +371,10 @@ impl Store {
         token: i64,
         outcome: &Outcome,
         output: Option<(&str, &str)>,
+        review: Option<&serde_json::Value>,
         at: DateTime<Utc>,
     ) -> StoreResult<Job> {
-        dispatch!(self, s => s.finish_claimed(job, token, outcome, output, at).await)
+        dispatch!(self, s => s.finish_claimed(job, token, outcome, output, review, at).await)
     }
 
     /// The stored output's key and content type, once the job succeeded.

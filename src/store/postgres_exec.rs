@@ -12,7 +12,8 @@ use sqlx::{PgConnection, Row};
 
 const JOB_COLUMNS: &str =
     "id, user_id, kind, status, request::text AS request, request_sha256, idempotency_key, \
-                           credits, estimated_usd, error::text AS error, created_at, completed_at";
+                           credits, estimated_usd, error::text AS error, created_at, completed_at, \
+                           output_content_type, review::text AS review";
 
 fn corrupt(e: impl std::fmt::Display) -> StoreError {
     StoreError::Corrupt(e.to_string())
@@ -226,6 +227,7 @@ impl PgStore {
         token: i64,
         outcome: &Outcome,
         output: Option<(&str, &str)>,
+        review: Option<&serde_json::Value>,
         at: DateTime<Utc>,
     ) -> StoreResult<Job> {
         let (status, error) = match outcome {
@@ -235,8 +237,8 @@ impl PgStore {
         let mut tx = self.pool.begin().await?;
         let sql = format!(
             "UPDATE jobs SET status = $1, error = $2::jsonb, completed_at = $3, lease_owner = NULL, lease_expires_at = NULL, \
-             output_key = $4, output_content_type = $5 \
-             WHERE id = $6 AND fencing_token = $7 AND status = 'running' RETURNING {JOB_COLUMNS}"
+             output_key = $4, output_content_type = $5, review = $6::jsonb \
+             WHERE id = $7 AND fencing_token = $8 AND status = 'running' RETURNING {JOB_COLUMNS}"
         );
         let Some(row) = sqlx::query(&sql)
             .bind(status)
@@ -244,6 +246,7 @@ impl PgStore {
             .bind(at)
             .bind(output.map(|o| o.0))
             .bind(output.map(|o| o.1))
+            .bind(review.map(|r| r.to_string()))
             .bind(job.0)
             .bind(token)
             .fetch_optional(&mut *tx)

@@ -13,7 +13,8 @@ const ASSET_COLUMNS: &str =
     "id, user_id, sha256, content_type, width, height, bytes, object_key, created_at";
 const JOB_COLUMNS: &str =
     "id, user_id, kind, status, request::text AS request, request_sha256, idempotency_key, \
-                           credits, estimated_usd, error::text AS error, created_at, completed_at";
+                           credits, estimated_usd, error::text AS error, created_at, completed_at, \
+                           output_content_type, review::text AS review";
 const ACTIVE: &str = "('queued', 'running', 'parked')";
 
 fn corrupt(e: impl std::fmt::Display) -> StoreError {
@@ -56,6 +57,12 @@ pub(super) fn job_from_row(row: &PgRow) -> StoreResult<Job> {
             .map_err(corrupt)?,
         created_at: row.try_get("created_at")?,
         completed_at: row.try_get("completed_at")?,
+        output_content_type: row.try_get("output_content_type")?,
+        review: row
+            .try_get::<Option<String>, _>("review")?
+            .map(|r| serde_json::from_str(&r))
+            .transpose()
+            .map_err(corrupt)?,
     })
 }
 

@@ -100,6 +100,10 @@ pub struct Job {
     pub error: Option<serde_json::Value>,
     pub created_at: DateTime<Utc>,
     pub completed_at: Option<DateTime<Utc>>,
+    /// Set when the output is stored.
+    pub output_content_type: Option<String>,
+    /// What the review found, when one ran.
+    pub review: Option<serde_json::Value>,
 }
 
 #[derive(Clone, Debug)]

@@ -12,7 +12,7 @@ use sqlx::{Row, SqliteConnection};
 
 const JOB_COLUMNS: &str =
     "id, user_id, kind, status, request, request_sha256, idempotency_key, credits, \
-                           estimated_usd, error, created_at, completed_at";
+                           estimated_usd, error, created_at, completed_at, output_content_type, review";
 
 fn corrupt(e: impl std::fmt::Display) -> StoreError {
     StoreError::Corrupt(e.to_string())
@@ -224,6 +224,7 @@ impl SqliteStore {
         token: i64,
         outcome: &Outcome,
         output: Option<(&str, &str)>,
+        review: Option<&serde_json::Value>,
         at: DateTime<Utc>,
     ) -> StoreResult<Job> {
         let (status, error) = match outcome {
@@ -233,7 +234,7 @@ impl SqliteStore {
         let mut tx = self.writer.begin().await?;
         let sql = format!(
             "UPDATE jobs SET status = ?, error = ?, completed_at = ?, lease_owner = NULL, lease_expires_at = NULL, \
-             output_key = ?, output_content_type = ? \
+             output_key = ?, output_content_type = ?, review = ? \
              WHERE id = ? AND fencing_token = ? AND status = 'running' RETURNING {JOB_COLUMNS}"
         );
         let Some(row) = sqlx::query(&sql)
@@ -242,6 +243,7 @@ impl SqliteStore {
             .bind(at)
             .bind(output.map(|o| o.0))
             .bind(output.map(|o| o.1))
+            .bind(review.map(|r| r.to_string()))
             .bind(job.0)
             .bind(token)
             .fetch_optional(&mut *tx)

@@ -1,8 +1,10 @@
 //! Islands: the only parts of a page that ship code to the browser.
 
 mod composer;
+mod result;
 
 pub use composer::EditComposer;
+pub use result::{BeforeAfter, LiveStatus};
 
 use leptos::prelude::*;
 

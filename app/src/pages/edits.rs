@@ -1,7 +1,8 @@
 //! My edits (a list with status and thumbnails) and one edit's detail.
 
 use super::LoadError;
-use crate::data::{load_job_detail, my_jobs, JobDetail, JobRow};
+use crate::data::{load_job_detail, my_jobs, AttemptRow, JobDetail, JobRow};
+use crate::islands::{BeforeAfter, LiveStatus};
 use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::hooks::use_params_map;
@@ -111,7 +112,17 @@ pub fn EditDetailPage() -> impl IntoView {
 
 #[component]
 fn Detail(detail: JobDetail) -> impl IntoView {
-    let JobDetail { job, events } = detail;
+    let JobDetail {
+        job,
+        events,
+        attempts,
+    } = detail;
+    let live =
+        (!job.status.is_terminal()).then(|| (job.id.clone(), job.status.as_str().to_string()));
+    let result = job.output_url.clone();
+    let is_video = matches!(job.request, JobRequest::Video(_));
+    let review = job.review.clone();
+    let questions = job.questions.clone();
     let title = request_title(&job.request);
     let cancellable = !job.status.is_terminal();
     let cancel_action = format!("/edits/{}/cancel", job.id);
@@ -163,19 +174,39 @@ fn Detail(detail: JobDetail) -> impl IntoView {
                 </form>
             })}
         </header>
+        {live.map(|(id, status)| view! { <LiveStatus job_id=id status=status /> })}
         <div class="grid-2">
             <section class="card">
-                <h2 class="card-title">"Your photo"</h2>
-                {match images {
-                    Some((src, mask)) => view! {
+                <h2 class="card-title">{if result.is_some() { "Result" } else if is_video { "Clip" } else { "Your photo" }}</h2>
+                {match (result.clone(), images.clone()) {
+                    (Some(out), Some((before, _))) => view! { <BeforeAfter before=before after=out /> }.into_any(),
+                    (Some(out), None) => view! { <img class="result-clip" src=out alt="The generated clip" data-testid="result-image" /> }.into_any(),
+                    _ => ().into_any(),
+                }}
+                {review.map(|(verdict, notes)| view! {
+                    <p class=format!("review review-{verdict}") data-testid="review">
+                        <strong>{match verdict.as_str() { "passed" => "Review passed. ", "issues" => "Review found issues. ", _ => "Not verified. " }}</strong>
+                        {notes}
+                    </p>
+                })}
+                {job.error.map(|e| view! { <div class="flash flash-error" role="alert"><p>{e}</p></div> })}
+                {(!questions.is_empty()).then(|| view! {
+                    <div class="questions">
+                        <p><strong>"Before we try again:"</strong></p>
+                        <ul>{questions.into_iter().map(|q| view! { <li>{q}</li> }).collect_view()}</ul>
+                        <a class="btn btn-primary" href="/edits/new">"Start a new edit"</a>
+                    </div>
+                })}
+                {match (result.is_some(), images) {
+                    (false, Some((src, mask))) => view! {
                         <div class="photo-frame">
                             <img src=src alt="The photo you uploaded" />
                             {mask.map(|m| view! { <img class="mask-overlay" src=m alt="The area you painted" /> })}
                         </div>
                     }.into_any(),
-                    None => view! { <p class="muted">"A video is generated from the prompt."</p> }.into_any(),
+                    (false, None) => view! { <p class="muted">"A video is generated from the prompt."</p> }.into_any(),
+                    (true, _) => ().into_any(),
                 }}
-                {job.error.map(|e| view! { <div class="flash flash-error" role="alert"><p>{e}</p></div> })}
             </section>
             <section class="card">
                 <h2 class="card-title">"Order"</h2>
@@ -186,6 +217,8 @@ fn Detail(detail: JobDetail) -> impl IntoView {
                     <dt>"Provider estimate"</dt>
                     <dd class="mono">{format!("${}", job.estimated_usd)}</dd>
                 </dl>
+                <h2 class="card-title">"Provider attempts"</h2>
+                <AttemptList attempts=attempts />
                 <h2 class="card-title">"Timeline"</h2>
                 <ol class="timeline" data-testid="timeline">
                     {events.into_iter().map(|e| view! {
@@ -199,4 +232,30 @@ fn Detail(detail: JobDetail) -> impl IntoView {
             </section>
         </div>
     }
+}
+
+#[component]
+fn AttemptList(attempts: Vec<AttemptRow>) -> impl IntoView {
+    if attempts.is_empty() {
+        return view! { <p class="muted small">"No provider has been called."</p> }.into_any();
+    }
+    view! {
+        <ul class="attempts" data-testid="attempts">
+            {attempts.into_iter().map(|a| {
+                let tone = match a.state.as_str() { "succeeded" => "succeeded", "failed" => "failed", _ => "running" };
+                view! {
+                <li>
+                    <span class="mono small">{format!("#{} {}", a.attempt_no, a.model)}</span>
+                    <span class=format!("badge status-{tone}")>{a.state}</span>
+                    <span class="muted small">{a.duration_ms.map(|d| format!("{d} ms")).unwrap_or_default()}</span>
+                    <span class="small">{match a.cost_usd {
+                        Some(c) => format!("${c} ({})", a.cost_source.unwrap_or_default()),
+                        None => "unpriced".to_string(),
+                    }}</span>
+                </li>
+                }
+            }).collect_view()}
+        </ul>
+    }
+    .into_any()
 }

@@ -1,0 +1,525 @@
+//! The `local` provider: real edits on the CPU with the `image` crate. The
+//! selected region (the painted mask for `area`; for `pet`, `person` and
+//! `background` the region the readiness check finds) is re-rendered in the
+//! chosen medium, each with its own technique; strength sets how far; the
+//! rest of the photo is left exactly as it was. Video is a short animated
+//! GIF of the requested duration and resolution. Readiness and review are
+//! measurements, not guesses.
+
+use crate::model::{Resolution, Strength, TargetKind};
+use image::{imageops, GrayImage, ImageFormat, Luma, Rgb, RgbImage};
+use std::io::Cursor;
+
+/// Longest side an edit is rendered at (keeps a CPU edit to a second or two).
+pub const EDIT_SIDE_MAX: u32 = 1024;
+/// Frames per second of a local clip.
+const CLIP_FPS: u32 = 4;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct NotReady {
+    pub message: String,
+    pub questions: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Review {
+    /// "passed" or "issues".
+    pub verdict: &'static str,
+    pub notes: String,
+}
+
+pub fn decode(bytes: &[u8]) -> Result<RgbImage, String> {
+    let img =
+        image::load_from_memory(bytes).map_err(|e| format!("cannot decode the photo: {e}"))?;
+    let (w, h) = (img.width(), img.height());
+    let scale = f64::from(EDIT_SIDE_MAX) / f64::from(w.max(h));
+    let img = if scale < 1.0 {
+        img.resize(
+            (f64::from(w) * scale) as u32,
+            (f64::from(h) * scale) as u32,
+            imageops::FilterType::Triangle,
+        )
+    } else {
+        img
+    };
+    Ok(img.to_rgb8())
+}
+
+fn dist(a: &Rgb<u8>, b: &Rgb<u8>) -> f64 {
+    let d: i32 = (0..3)
+        .map(|i| (i32::from(a[i]) - i32::from(b[i])).pow(2))
+        .sum();
+    f64::from(d).sqrt()
+}
+
+/// The region to change, 255 inside. `area` uses the mask (any painted,
+/// non-transparent pixel, scaled to the photo); the others separate the
+/// subject from the background by its distance from the border's colour.
+pub fn region(
+    photo: &RgbImage,
+    target: TargetKind,
+    mask: Option<&[u8]>,
+) -> Result<GrayImage, String> {
+    let (w, h) = photo.dimensions();
+    if target == TargetKind::Area {
+        let mask = mask.ok_or("an area edit needs its mask")?;
+        let m = image::load_from_memory(mask)
+            .map_err(|e| format!("cannot decode the mask: {e}"))?
+            .to_rgba8();
+        let m = imageops::resize(&m, w, h, imageops::FilterType::Nearest);
+        return Ok(GrayImage::from_fn(w, h, |x, y| {
+            Luma([if m.get_pixel(x, y)[3] > 16 { 255 } else { 0 }])
+        }));
+    }
+    // The border's dominant colours stand for the background (a photo's
+    // edges are mostly background): coarse buckets covering ≥ 8% of it.
+    let mut buckets: std::collections::HashMap<[u8; 3], (u64, [u64; 3])> =
+        std::collections::HashMap::new();
+    let mut add = |p: &Rgb<u8>| {
+        let e = buckets
+            .entry([p[0] / 32, p[1] / 32, p[2] / 32])
+            .or_insert((0, [0; 3]));
+        e.0 += 1;
+        (0..3).for_each(|i| e.1[i] += u64::from(p[i]));
+    };
+    for x in 0..w {
+        add(photo.get_pixel(x, 0));
+        add(photo.get_pixel(x, h - 1));
+    }
+    for y in 0..h {
+        add(photo.get_pixel(0, y));
+        add(photo.get_pixel(w - 1, y));
+    }
+    let total: u64 = buckets.values().map(|b| b.0).sum();
+    let background: Vec<Rgb<u8>> = buckets
+        .values()
+        .filter(|b| b.0 * 100 >= total * 8)
+        .map(|b| Rgb([0, 1, 2].map(|i| (b.1[i] / b.0) as u8)))
+        .collect();
+    let is_bg = |p: &Rgb<u8>| background.iter().any(|b| dist(p, b) < 48.0);
+    let foreground = GrayImage::from_fn(w, h, |x, y| {
+        Luma([if is_bg(photo.get_pixel(x, y)) { 0 } else { 255 }])
+    });
+    Ok(match target {
+        TargetKind::Background => {
+            GrayImage::from_fn(w, h, |x, y| Luma([255 - foreground.get_pixel(x, y)[0]]))
+        }
+        _ => foreground,
+    })
+}
+
+pub fn fraction(region: &GrayImage) -> f64 {
+    let inside = region.pixels().filter(|p| p[0] > 0).count();
+    inside as f64 / (region.width() as f64 * region.height() as f64).max(1.0)
+}
+
+/// The cheap check before the expensive edit: is there something to change,
+/// and is it clear what?
+pub fn readiness(
+    target: TargetKind,
+    description: &str,
+    region: &GrayImage,
+) -> Result<f64, NotReady> {
+    let f = fraction(region);
+    let what = match target {
+        TargetKind::Pet => "pet",
+        TargetKind::Person => "person",
+        TargetKind::Background => "background",
+        TargetKind::Area => "painted area",
+    };
+    if f < 0.005 {
+        let mut questions = vec![format!("Where in the photo is the {what}?")];
+        if target != TargetKind::Area {
+            questions.push("Could you paint the area instead (choose “An area I paint”)?".into());
+        } else {
+            questions.push("Could you paint over the part you want changed?".into());
+        }
+        return Err(NotReady {
+            message: format!("I could not find the {what} in this photo."),
+            questions,
+        });
+    }
+    if f > 0.95 && target != TargetKind::Background {
+        let subject = if description.trim().is_empty() {
+            format!("the {what}")
+        } else {
+            description.trim().to_string()
+        };
+        return Err(NotReady {
+            message: format!(
+                "Almost the whole photo looks like {subject}; I cannot tell what to change."
+            ),
+            questions: vec![
+                format!("Which part of the photo is {subject}?"),
+                "Could you crop the photo closer, or paint the area instead?".into(),
+            ],
+        });
+    }
+    Ok(f)
+}
+
+fn swatch(style: &str) -> [Rgb<u8>; 3] {
+    let hex = |s: &str| {
+        let v = u32::from_str_radix(s.trim_start_matches('#'), 16).unwrap_or(0x808080);
+        Rgb([(v >> 16) as u8, (v >> 8) as u8, v as u8])
+    };
+    let s = crate::model::style(style)
+        .map(|s| s.swatch)
+        .unwrap_or(["#888888", "#dddddd", "#444444"]);
+    [hex(s[0]), hex(s[1]), hex(s[2])]
+}
+
+fn luma(p: &Rgb<u8>) -> f64 {
+    0.299 * f64::from(p[0]) + 0.587 * f64::from(p[1]) + 0.114 * f64::from(p[2])
+}
+
+fn mix(a: &Rgb<u8>, b: &Rgb<u8>, t: f64) -> Rgb<u8> {
+    let t = t.clamp(0.0, 1.0);
+    Rgb([0, 1, 2].map(|i| (f64::from(a[i]) * (1.0 - t) + f64::from(b[i]) * t).round() as u8))
+}
+
+/// The nearest of a palette.
+fn nearest(p: &Rgb<u8>, palette: &[Rgb<u8>]) -> Rgb<u8> {
+    *palette
+        .iter()
+        .min_by(|a, b| dist(p, a).total_cmp(&dist(p, b)))
+        .unwrap_or(p)
+}
+
+/// The photo's colours pulled toward the medium's swatch.
+fn palette(style: &str, photo: &RgbImage) -> Vec<Rgb<u8>> {
+    let sw = swatch(style);
+    let small = imageops::thumbnail(photo, 4, 4);
+    let mut p: Vec<Rgb<u8>> = small.pixels().map(|c| mix(c, &sw[1], 0.35)).collect();
+    p.extend_from_slice(&sw);
+    p
+}
+
+/// Renders one pixel of the medium; `cell` is the technique's grain.
+fn medium_pixel(
+    style: &str,
+    photo: &RgbImage,
+    blurred: &RgbImage,
+    pal: &[Rgb<u8>],
+    x: u32,
+    y: u32,
+    cell: u32,
+) -> Rgb<u8> {
+    let sw = swatch(style);
+    let (cx, cy) = (x / cell * cell + cell / 2, y / cell * cell + cell / 2);
+    let (w, h) = photo.dimensions();
+    let centre = *blurred.get_pixel(cx.min(w - 1), cy.min(h - 1));
+    let (u, v) = (
+        f64::from(x % cell) / f64::from(cell),
+        f64::from(y % cell) / f64::from(cell),
+    );
+    match style {
+        // Crossed threads in each cell of a counted grid.
+        "cross_stitch" => {
+            let on = (u - v).abs() < 0.22 || (u + v - 1.0).abs() < 0.22;
+            if on {
+                nearest(&centre, pal)
+            } else {
+                mix(&sw[1], &centre, 0.15)
+            }
+        }
+        // Long satin stitches running diagonally, with a sheen.
+        "embroidery" => {
+            let stripe = ((f64::from(x + y) / 3.0).sin() * 0.5 + 0.5) * 0.35;
+            mix(&nearest(&centre, pal), &Rgb([255, 255, 255]), stripe)
+        }
+        // Loops (crochet) and V stitches (knitting) on a yarn grid.
+        "crochet" | "knitted_wool" => {
+            let shape = if style == "crochet" {
+                ((u - 0.5).powi(2) + (v - 0.5).powi(2)).sqrt()
+            } else {
+                ((u - 0.5).abs() * 2.0 - v).abs()
+            };
+            mix(
+                &nearest(&centre, pal),
+                &Rgb([0, 0, 0]),
+                (shape * 0.9).min(0.45),
+            )
+        }
+        // Patches of fabric with a running stitch at each seam.
+        "quilt" => {
+            let seam = u < 0.06 || v < 0.06;
+            let dash = (x + y) % 6 < 3;
+            if seam && dash {
+                sw[1]
+            } else {
+                nearest(&centre, pal)
+            }
+        }
+        // Flat folded facets: each cell split on its diagonal, lit differently.
+        "origami" | "paper_collage" => {
+            let base = nearest(&centre, pal);
+            let lit = if style == "origami" {
+                if u > v {
+                    0.25
+                } else {
+                    -0.15
+                }
+            } else if (x / cell + y / cell).is_multiple_of(3) {
+                0.12
+            } else {
+                -0.05
+            };
+            if lit > 0.0 {
+                mix(&base, &Rgb([255, 255, 255]), lit)
+            } else {
+                mix(&base, &Rgb([0, 0, 0]), -lit)
+            }
+        }
+        // One ink on paper with carved lines (wood adds a grain).
+        "linocut" | "woodcut" | "pencil_sketch" => {
+            let l = luma(photo.get_pixel(x, y)) / 255.0;
+            let line = if style == "woodcut" {
+                ((f64::from(y) / 2.5 + (f64::from(x) / 17.0).sin() * 3.0).sin() * 0.5 + 0.5) * 0.6
+            } else if style == "pencil_sketch" {
+                (f64::from((x + 2 * y) % 7) / 7.0) * 0.8
+            } else {
+                (f64::from((x + y) % 5) / 5.0) * 0.5
+            };
+            if l < 0.3 + line {
+                sw[0]
+            } else {
+                sw[1]
+            }
+        }
+        // Tiles or panes of flat colour held in dark lines.
+        "stained_glass" | "mosaic" => {
+            let grout = u < 0.1 || v < 0.1;
+            if grout {
+                if style == "mosaic" {
+                    Rgb([200, 195, 185])
+                } else {
+                    Rgb([25, 25, 30])
+                }
+            } else {
+                nearest(&centre, pal)
+            }
+        }
+        // Soft washes that pool at their edges on white paper.
+        "watercolour" => {
+            let c = mix(&centre, &Rgb([255, 255, 255]), 0.3);
+            let edge = (dist(photo.get_pixel(x, y), &centre) / 120.0).min(0.4);
+            mix(&c, &sw[0], edge)
+        }
+        // Smooth modelled forms with a fuzzy (felt) or thumbprinted (clay) skin.
+        "needle_felt" | "clay" => {
+            let noise =
+                f64::from((x.wrapping_mul(73_856_093) ^ y.wrapping_mul(19_349_663)) % 100) / 100.0;
+            let base = nearest(blurred.get_pixel(x, y), pal);
+            let amount = if style == "needle_felt" {
+                noise * 0.25
+            } else {
+                ((u - 0.5).powi(2) + (v - 0.5).powi(2)).sqrt() * 0.3
+            };
+            mix(&base, &Rgb([255, 255, 255]), amount)
+        }
+        _ => nearest(&centre, pal),
+    }
+}
+
+/// Re-renders the region in the medium; outside the region every pixel is
+/// the photo's own.
+pub fn render(photo: &RgbImage, region: &GrayImage, style: &str, strength: Strength) -> RgbImage {
+    let (w, h) = photo.dimensions();
+    let cell = (w.max(h) / 90).max(4);
+    let blurred = imageops::blur(photo, 2.0);
+    let pal = palette(style, photo);
+    let amount = match strength {
+        Strength::Subtle => 0.45,
+        Strength::Balanced => 0.75,
+        Strength::Strong => 1.0,
+    };
+    RgbImage::from_fn(w, h, |x, y| {
+        let original = *photo.get_pixel(x, y);
+        if region.get_pixel(x, y)[0] == 0 {
+            return original;
+        }
+        mix(
+            &original,
+            &medium_pixel(style, photo, &blurred, &pal, x, y, cell),
+            amount,
+        )
+    })
+}
+
+/// The check after: did the selection change, and did nothing else?
+pub fn review(photo: &RgbImage, output: &RgbImage, region: &GrayImage) -> Review {
+    let (mut inside, mut n_in, mut outside, mut n_out) = (0f64, 0f64, 0f64, 0f64);
+    for (x, y, p) in photo.enumerate_pixels() {
+        let d = dist(p, output.get_pixel(x, y));
+        if region.get_pixel(x, y)[0] > 0 {
+            inside += d;
+            n_in += 1.0;
+        } else {
+            outside += d;
+            n_out += 1.0;
+        }
+    }
+    let (inside, outside) = (inside / n_in.max(1.0), outside / n_out.max(1.0));
+    if inside < 6.0 {
+        Review {
+            verdict: "issues",
+            notes: format!("The selection barely changed (mean difference {inside:.1})."),
+        }
+    } else if outside > 1.0 {
+        Review {
+            verdict: "issues",
+            notes: format!("Pixels outside the selection changed (mean difference {outside:.1})."),
+        }
+    } else {
+        Review {
+            verdict: "passed",
+            notes: format!("The selection changed (mean difference {inside:.1}); the rest of the photo is untouched."),
+        }
+    }
+}
+
+pub fn encode_png(img: &RgbImage) -> Result<Vec<u8>, String> {
+    let mut out = Cursor::new(Vec::new());
+    img.write_to(&mut out, ImageFormat::Png)
+        .map_err(|e| e.to_string())?;
+    Ok(out.into_inner())
+}
+
+/// A short animated clip: the prompt's hash picks a palette; a paper-cut
+/// shape drifts across a washed background, one frame per quarter second.
+pub fn clip(prompt: &str, duration_s: u32, resolution: Resolution) -> Result<Vec<u8>, String> {
+    use image::codecs::gif::{GifEncoder, Repeat};
+    use image::{Delay, Frame, RgbaImage};
+    let (w, h) = match resolution {
+        Resolution::P720 => (1280u32, 720u32),
+        Resolution::P1080 => (1920, 1080),
+    };
+    let seed = prompt
+        .bytes()
+        .fold(0u32, |a, b| a.wrapping_mul(31).wrapping_add(u32::from(b)));
+    let sky = Rgb([
+        (seed % 80 + 120) as u8,
+        ((seed >> 8) % 80 + 140) as u8,
+        ((seed >> 16) % 60 + 190) as u8,
+    ]);
+    let ink = Rgb([
+        ((seed >> 4) % 200) as u8,
+        ((seed >> 12) % 120) as u8,
+        ((seed >> 20) % 120) as u8,
+    ]);
+    let frames = (duration_s * CLIP_FPS).max(1);
+    let mut out = Vec::new();
+    {
+        let mut enc = GifEncoder::new_with_speed(&mut out, 30);
+        enc.set_repeat(Repeat::Infinite)
+            .map_err(|e| e.to_string())?;
+        for f in 0..frames {
+            let t = f64::from(f) / f64::from(frames);
+            let cx = (t * f64::from(w)) as i64;
+            let cy = (f64::from(h) * (0.55 + 0.05 * (t * std::f64::consts::TAU).sin())) as i64;
+            let img = RgbaImage::from_fn(w, h, |x, y| {
+                let (dx, dy) = (i64::from(x) - cx, i64::from(y) - cy);
+                let boat =
+                    dy > -(h as i64 / 10) && dy < 0 && dx.abs() < i64::from(h / 6) - dy.abs();
+                let water = y > h * 6 / 10;
+                let c = if boat {
+                    ink
+                } else if water {
+                    mix(&sky, &Rgb([30, 60, 120]), 0.5)
+                } else {
+                    mix(
+                        &sky,
+                        &Rgb([255, 255, 255]),
+                        f64::from(y) / f64::from(h) * 0.5,
+                    )
+                };
+                image::Rgba([c[0], c[1], c[2], 255])
+            });
+            let delay = Delay::from_numer_denom_ms(1000 / CLIP_FPS, 1);
+            enc.encode_frame(Frame::from_parts(img, 0, 0, delay))
+                .map_err(|e| e.to_string())?;
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn photo() -> RgbImage {
+        // Sky, lawn, and a brown "dog" in the middle.
+        RgbImage::from_fn(120, 80, |x, y| {
+            let (dx, dy) = ((x as f64 - 60.0) / 20.0, (y as f64 - 45.0) / 15.0);
+            if dx * dx + dy * dy < 1.0 {
+                Rgb([150, 95, 50])
+            } else if y < 40 {
+                Rgb([130, 180, 235])
+            } else {
+                Rgb([70, 150, 60])
+            }
+        })
+    }
+
+    #[test]
+    fn every_medium_changes_the_region_and_nothing_else() {
+        let p = photo();
+        let r = region(&p, TargetKind::Pet, None).unwrap();
+        let f = fraction(&r);
+        assert!(f > 0.01 && f < 0.9, "found the dog: {f}");
+        let mut renders = Vec::new();
+        for s in crate::model::STYLES {
+            let out = render(&p, &r, s.id, Strength::Strong);
+            let rev = review(&p, &out, &r);
+            assert_eq!(rev.verdict, "passed", "{}: {}", s.id, rev.notes);
+            renders.push(out);
+        }
+        // Techniques differ: no two media render the same pixels.
+        for i in 0..renders.len() {
+            for j in i + 1..renders.len() {
+                assert_ne!(
+                    renders[i],
+                    renders[j],
+                    "{} and {}",
+                    crate::model::STYLES[i].id,
+                    crate::model::STYLES[j].id
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn strength_changes_how_far() {
+        let p = photo();
+        let r = region(&p, TargetKind::Pet, None).unwrap();
+        let diff = |s| {
+            let out = render(&p, &r, "origami", s);
+            p.pixels()
+                .zip(out.pixels())
+                .map(|(a, b)| dist(a, b))
+                .sum::<f64>()
+        };
+        assert!(diff(Strength::Subtle) < diff(Strength::Strong));
+    }
+
+    #[test]
+    fn readiness_refuses_an_empty_or_total_selection() {
+        let empty = GrayImage::new(10, 10);
+        let e = readiness(TargetKind::Area, "", &empty).unwrap_err();
+        assert!(!e.questions.is_empty() && e.questions.len() <= 3);
+        let full = GrayImage::from_pixel(10, 10, Luma([255]));
+        assert!(readiness(TargetKind::Person, "the woman", &full).is_err());
+        assert!(readiness(TargetKind::Background, "", &full).is_ok());
+    }
+
+    #[test]
+    fn a_clip_has_the_requested_length() {
+        let gif = clip("a paper boat", 2, Resolution::P720).unwrap();
+        let decoder = image::codecs::gif::GifDecoder::new(Cursor::new(&gif)).unwrap();
+        use image::AnimationDecoder;
+        let frames = decoder.into_frames().collect_frames().unwrap();
+        assert_eq!(frames.len(), 8);
+        assert_eq!(frames[0].buffer().dimensions(), (1280, 720));
+    }
+}

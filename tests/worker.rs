@@ -1,0 +1,272 @@
+//! Jobs run for real on both backends: workers claim them, run their steps
+//! with the local provider, store the output, record every attempt and
+//! cent, and end each job in exactly one state, refunding failures.
+
+use chrono::{Duration as ChronoDuration, NaiveDate, Utc};
+use serde_json::{json, Value};
+use std::time::Duration;
+use tollgate::both_backends;
+use tollgate::model::{Credits, JobId, JobStatus, Role, Usd};
+use tollgate::store::{Job, User};
+use tollgate::testkit::TestDb;
+
+/// Sky, lawn, and a brown dog: the local readiness check finds the dog.
+fn photo() -> Vec<u8> {
+    let img = image::RgbImage::from_fn(160, 120, |x, y| {
+        let (dx, dy) = ((x as f64 - 60.0) / 25.0, (y as f64 - 70.0) / 18.0);
+        if dx * dx + dy * dy < 1.0 {
+            image::Rgb([150, 95, 50])
+        } else if y < 60 {
+            image::Rgb([130, 180, 235])
+        } else {
+            image::Rgb([70, 150, 60])
+        }
+    });
+    let mut out = std::io::Cursor::new(Vec::new());
+    img.write_to(&mut out, image::ImageFormat::Png).unwrap();
+    out.into_inner()
+}
+
+fn empty_mask() -> Vec<u8> {
+    let img = image::RgbaImage::new(160, 120);
+    let mut out = std::io::Cursor::new(Vec::new());
+    img.write_to(&mut out, image::ImageFormat::Png).unwrap();
+    out.into_inner()
+}
+
+async fn person(db: &TestDb, credits: i64) -> User {
+    let t = &db.tollgate;
+    let u = t
+        .add_user("u@example.com", Role::User, "correct horse battery")
+        .await
+        .unwrap();
+    t.grant_credits(None, u.id, Credits(credits), None, None)
+        .await
+        .unwrap();
+    u
+}
+
+async fn edit(db: &TestDb, u: &User, key: &str, target: Value) -> JobId {
+    let t = &db.tollgate;
+    let source = t
+        .upload_asset(u, Some("image/png"), photo().into())
+        .await
+        .unwrap();
+    let mut target = target;
+    if target["mask"] == json!("EMPTY") {
+        let mask = t
+            .upload_asset(u, Some("image/png"), empty_mask().into())
+            .await
+            .unwrap();
+        target["mask"] = json!(mask.id);
+    }
+    let body = json!({"kind": "image_edit", "source": source.id, "target": target, "style": "stained_glass", "strength": "strong"});
+    t.submit_job(u, Some(key), &body).await.unwrap().job.id
+}
+
+/// Waits (bounded) until the job is terminal.
+async fn settled(db: &TestDb, id: JobId) -> Job {
+    for _ in 0..300 {
+        let j = db.store().job(id).await.unwrap().unwrap();
+        if j.status.is_terminal() {
+            return j;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("job {id} did not finish in 30 s");
+}
+
+both_backends!(
+    an_edit_runs_to_success_with_its_output_and_costs,
+    a_video_renders_a_clip,
+    not_ready_fails_with_questions_and_refunds,
+    a_halted_day_pauses_spending_and_refunds,
+    a_resumed_job_skips_its_completed_steps,
+);
+
+async fn an_edit_runs_to_success_with_its_output_and_costs(db: TestDb) {
+    let u = person(&db, 10).await;
+    let id = edit(
+        &db,
+        &u,
+        "e1",
+        json!({"kind": "pet", "description": "the dog"}),
+    )
+    .await;
+    let engine = tollgate::engine::start(db.tollgate.clone(), 2);
+    let job = settled(&db, id).await;
+    engine.shutdown().await;
+    assert_eq!(job.status, JobStatus::Succeeded, "{:?}", job.error);
+    assert_eq!(job.review.as_ref().unwrap()["verdict"], "passed");
+    let (key, ct) = db.store().job_output(id).await.unwrap().unwrap();
+    assert_eq!(ct, "image/png");
+    let meta = db
+        .tollgate
+        .objects()
+        .head(&tollgate::storage::ObjectKey::parse(&key).unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(meta.written_by, format!("job:{id}"));
+    let attempts = db.store().attempts(id).await.unwrap();
+    assert_eq!(attempts.len(), 1);
+    assert_eq!(attempts[0].state, "succeeded");
+    assert_eq!(attempts[0].cost_source.as_deref(), Some("derived"));
+    assert_eq!(attempts[0].cost_usd, Some(job.estimated_usd));
+    // Paid once: the charge stands, nothing refunded; the day's spend is booked.
+    let user = db.tollgate.user(u.id).await.unwrap();
+    assert_eq!(user.balance, Credits(10 - job.credits.get()));
+    assert_eq!(db.store().ledger_sum(u.id).await.unwrap(), user.balance);
+    let day = db
+        .store()
+        .budget_day(Utc::now().date_naive(), Usd::parse("50").unwrap())
+        .await
+        .unwrap();
+    assert_eq!(day.used_usd, job.estimated_usd);
+    assert_eq!(day.reserved_usd, Usd::ZERO);
+    let steps: Vec<String> = db
+        .store()
+        .steps(id)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| s.step)
+        .collect();
+    assert_eq!(
+        steps,
+        [
+            "reserve",
+            "readiness",
+            "generate",
+            "store_output",
+            "review",
+            "settle"
+        ]
+    );
+}
+
+async fn a_video_renders_a_clip(db: TestDb) {
+    let u = person(&db, 10).await;
+    let body = json!({"kind": "video", "prompt": "a paper boat on a pond", "duration_s": 2, "resolution": "720p"});
+    let id = db
+        .tollgate
+        .submit_job(&u, Some("v1"), &body)
+        .await
+        .unwrap()
+        .job
+        .id;
+    let engine = tollgate::engine::start(db.tollgate.clone(), 1);
+    let job = settled(&db, id).await;
+    engine.shutdown().await;
+    assert_eq!(job.status, JobStatus::Succeeded, "{:?}", job.error);
+    assert_eq!(job.output_content_type.as_deref(), Some("image/gif"));
+}
+
+async fn not_ready_fails_with_questions_and_refunds(db: TestDb) {
+    let u = person(&db, 10).await;
+    let id = edit(&db, &u, "n1", json!({"kind": "area", "mask": "EMPTY"})).await;
+    let engine = tollgate::engine::start(db.tollgate.clone(), 1);
+    let job = settled(&db, id).await;
+    engine.shutdown().await;
+    assert_eq!(job.status, JobStatus::Failed);
+    let error = job.error.unwrap();
+    assert_eq!(error["code"], "NOT_READY");
+    let questions = error["questions"].as_array().unwrap();
+    assert!(!questions.is_empty() && questions.len() <= 3);
+    // The expensive model was never called, and the job was refunded.
+    assert!(db.store().attempts(id).await.unwrap().is_empty());
+    assert_eq!(db.tollgate.user(u.id).await.unwrap().balance, Credits(10));
+    let day = db
+        .store()
+        .budget_day(Utc::now().date_naive(), Usd::parse("50").unwrap())
+        .await
+        .unwrap();
+    assert_eq!((day.used_usd, day.reserved_usd), (Usd::ZERO, Usd::ZERO));
+}
+
+async fn a_halted_day_pauses_spending_and_refunds(db: TestDb) {
+    let u = person(&db, 10).await;
+    let today: NaiveDate = Utc::now().date_naive();
+    db.store()
+        .set_budget(today, Usd::parse("50").unwrap(), None, Some(true))
+        .await
+        .unwrap();
+    let id = edit(&db, &u, "h1", json!({"kind": "pet"})).await;
+    let engine = tollgate::engine::start(db.tollgate.clone(), 1);
+    let job = settled(&db, id).await;
+    engine.shutdown().await;
+    assert_eq!(job.status, JobStatus::Failed);
+    assert_eq!(job.error.unwrap()["code"], "SPENDING_PAUSED");
+    assert!(db.store().attempts(id).await.unwrap().is_empty());
+    assert_eq!(db.tollgate.user(u.id).await.unwrap().balance, Credits(10));
+}
+
+async fn a_resumed_job_skips_its_completed_steps(db: TestDb) {
+    let u = person(&db, 10).await;
+    let id = edit(&db, &u, "r1", json!({"kind": "pet"})).await;
+    // A first run completes two steps, then its worker dies (lease 1 s).
+    let now = Utc::now();
+    let claim = db
+        .store()
+        .claim_jobs("dead", 1, now + ChronoDuration::seconds(1), now)
+        .await
+        .unwrap()
+        .remove(0);
+    let day = Utc::now().date_naive();
+    assert!(db
+        .store()
+        .reserve(
+            id,
+            claim.token,
+            day,
+            Usd::parse("50").unwrap(),
+            claim.job.estimated_usd,
+            now
+        )
+        .await
+        .unwrap());
+    db.store()
+        .complete_step(
+            id,
+            claim.token,
+            "reserve",
+            &json!({"day": day, "usd": claim.job.estimated_usd}),
+            now,
+        )
+        .await
+        .unwrap();
+    let marker = json!({"region_fraction": 0.123, "run": "first"});
+    db.store()
+        .complete_step(id, claim.token, "readiness", &marker, now)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let engine = tollgate::engine::start(db.tollgate.clone(), 1);
+    let job = settled(&db, id).await;
+    engine.shutdown().await;
+    assert_eq!(job.status, JobStatus::Succeeded, "{:?}", job.error);
+    let steps = db.store().steps(id).await.unwrap();
+    let readiness = steps.iter().find(|s| s.step == "readiness").unwrap();
+    assert_eq!(
+        readiness.output, marker,
+        "a completed step is never run again"
+    );
+    let events = db.store().job_events(id).await.unwrap();
+    let reserved = events.iter().filter(|e| e.kind == "reserved").count();
+    assert_eq!(reserved, 1, "one reservation across both runs");
+    let claims: Vec<i64> = events
+        .iter()
+        .filter(|e| e.kind == "claimed")
+        .map(|e| e.detail["token"].as_i64().unwrap())
+        .collect();
+    assert_eq!(claims, [1, 2]);
+    let day = db
+        .store()
+        .budget_day(day, Usd::parse("50").unwrap())
+        .await
+        .unwrap();
+    assert_eq!(
+        (day.used_usd, day.reserved_usd),
+        (job.estimated_usd, Usd::ZERO)
+    );
+}
