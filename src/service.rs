@@ -22,6 +22,8 @@ struct Inner {
     /// Wakes idle workers when a job is queued. It carries nothing: the
     /// database is the truth, and the sweeper rings anyway (rule 4).
     doorbell: Arc<tokio::sync::Notify>,
+    /// Runs on this node whose claim was taken (a stale fencing token).
+    claim_conflicts: std::sync::atomic::AtomicU64,
 }
 
 impl Tollgate {
@@ -38,6 +40,7 @@ impl Tollgate {
                 config,
                 login_limits,
                 doorbell: Arc::new(tokio::sync::Notify::new()),
+                claim_conflicts: std::sync::atomic::AtomicU64::new(0),
             }),
         }
     }
@@ -73,6 +76,18 @@ impl Tollgate {
     /// and a charge.
     pub fn catalogue(&self) -> &Catalogue {
         &self.inner.catalogue
+    }
+
+    pub fn claim_conflicts(&self) -> u64 {
+        self.inner
+            .claim_conflicts
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    pub(crate) fn note_claim_conflict(&self) {
+        self.inner
+            .claim_conflicts
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
     pub fn doorbell(&self) -> Arc<tokio::sync::Notify> {

@@ -69,6 +69,8 @@ both_backends!(
     hostile_bodies_get_the_error_shape,
     api_grants_are_idempotent_by_key,
     health_and_readiness,
+    budget_days_are_admin_controlled,
+    metrics_speak_prometheus,
 );
 
 async fn me_needs_a_valid_token(db: TestDb) {
@@ -400,4 +402,111 @@ async fn health_and_readiness(db: TestDb) {
     s.db_tollgate.store().close().await;
     let r = s.http.get(s.url("/readyz")).send().await.unwrap();
     assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+}
+
+async fn budget_days_are_admin_controlled(db: TestDb) {
+    let s = spawn(db).await;
+    let admin = s.token_for("admin@example.com", Role::Admin).await;
+    let user = s.token_for("user@example.com", Role::User).await;
+    let day = s.url("/v1/budget/2026-12-01");
+    let r = s.http.get(&day).bearer_auth(&user).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::FORBIDDEN);
+    let d: Value = s
+        .http
+        .get(&day)
+        .bearer_auth(&admin)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(d["cap_usd"], "50.000000");
+    assert_eq!(d["halted"], false);
+    let d: Value = s
+        .http
+        .put(&day)
+        .bearer_auth(&admin)
+        .json(&json!({"cap_usd": "12.5"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(d["cap_usd"], "12.500000");
+    let d: Value = s
+        .http
+        .post(format!("{day}/halt"))
+        .bearer_auth(&admin)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(d["halted"], true);
+    let d: Value = s
+        .http
+        .post(format!("{day}/resume"))
+        .bearer_auth(&admin)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(d["halted"], false);
+    let bad = s
+        .http
+        .put(&day)
+        .bearer_auth(&admin)
+        .json(&json!({"cap_usd": "-3"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let bad = s
+        .http
+        .get(s.url("/v1/budget/yesterday"))
+        .bearer_auth(&admin)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let post_as_user = s
+        .http
+        .post(format!("{day}/halt"))
+        .bearer_auth(&user)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(post_as_user.status(), StatusCode::FORBIDDEN);
+}
+
+async fn metrics_speak_prometheus(db: TestDb) {
+    let s = spawn(db).await;
+    let u = s
+        .db_tollgate
+        .add_user("u@example.com", Role::User, PASSWORD)
+        .await
+        .unwrap();
+    s.db_tollgate
+        .grant_credits(None, u.id, tollgate::model::Credits(10), None, None)
+        .await
+        .unwrap();
+    let body = json!({"kind": "video", "prompt": "p", "duration_s": 2, "resolution": "720p"});
+    s.db_tollgate
+        .submit_job(&u, Some("m1"), &body)
+        .await
+        .unwrap();
+    let r = s.http.get(s.url("/metrics")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let text = r.text().await.unwrap();
+    assert!(
+        text.contains("tollgate_jobs{status=\"queued\"} 1"),
+        "{text}"
+    );
+    assert!(text.contains("tollgate_reservations_held 0"), "{text}");
+    assert!(text.contains("# EOF"), "{text}");
 }

@@ -42,6 +42,7 @@ pub fn App() -> impl IntoView {
                 <Route path=path!("/edits/:id") view=|| view! { <Layout><EditDetailPage /></Layout> } ssr=SsrMode::Async />
                 <Route path=path!("/credits") view=|| view! { <Layout><CreditsPage /></Layout> } ssr=SsrMode::Async />
                 <Route path=path!("/account") view=|| view! { <Layout><AccountPage /></Layout> } ssr=SsrMode::Async />
+                <Route path=path!("/admin/jobs") view=|| view! { <Layout><AdminJobsPage /></Layout> } ssr=SsrMode::Async />
                 <Route path=path!("/admin/users") view=|| view! { <Layout><UsersPage /></Layout> } ssr=SsrMode::Async />
                 <Route path=path!("/forbidden") view=|| view! { <Layout><ForbiddenPage /></Layout> } ssr=SsrMode::Async />
             </Routes>
@@ -95,6 +96,11 @@ const NAV: &[NavItem] = &[
         href: "/account",
         label: "Account",
         role: Role::User,
+    },
+    NavItem {
+        href: "/admin/jobs",
+        label: "Jobs",
+        role: Role::Admin,
     },
     NavItem {
         href: "/admin/users",

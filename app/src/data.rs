@@ -294,7 +294,11 @@ fn describe(detail: &serde_json::Value) -> String {
                     .as_str()
                     .map(str::to_string)
                     .unwrap_or_else(|| v.to_string());
-                format!("{} {v}", k.replace('_', " "))
+                if k == "step" {
+                    v
+                } else {
+                    format!("{} {v}", k.replace('_', " "))
+                }
             })
             .collect::<Vec<_>>()
             .join(" · "),
@@ -359,4 +363,36 @@ pub async fn load_composer() -> Result<Composer, ServerFnError> {
         idempotency_key: format!("edit-{}", uuid::Uuid::new_v4()),
         balance: fresh.balance.get(),
     })
+}
+
+/// One row of the admin Jobs page.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct AdminJobRow {
+    pub job: JobRow,
+    pub owner: String,
+}
+
+#[server]
+pub async fn all_jobs(status: Option<String>) -> Result<Vec<AdminJobRow>, ServerFnError> {
+    use ssr::*;
+    let p = require(Role::Admin).await?;
+    let t = engine()?;
+    let owners: std::collections::HashMap<_, _> = t
+        .list_users()
+        .await
+        .map_err(fail)?
+        .into_iter()
+        .map(|u| (u.id, u.email.to_string()))
+        .collect();
+    let (jobs, _) = t
+        .list_jobs(&p.user, status.as_deref(), Some(100), None, true)
+        .await
+        .map_err(fail)?;
+    Ok(jobs
+        .into_iter()
+        .map(|j| AdminJobRow {
+            owner: owners.get(&j.user_id).cloned().unwrap_or_default(),
+            job: job_row(j),
+        })
+        .collect())
 }

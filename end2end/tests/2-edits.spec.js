@@ -72,7 +72,7 @@ test.describe.serial('charge once', () => {
     await page.getByTestId('submit').dblclick();
     await expect(page).toHaveURL(/\/edits\/[0-9a-f-]{36}$/, { timeout: 20_000 });
     await expect(page.getByTestId('job-price')).toHaveText('3 credits');
-    await expect(page.getByTestId('timeline')).toContainText('created');
+    await expect(page.getByTestId('timeline')).toContainText(/created/i);
     // The edit runs on the local provider; the page follows it to the end.
     await expect(page.getByTestId('job-status')).toContainText('Done', { timeout: 30_000 });
     await expect(page.getByTestId('result-image')).toBeVisible();
@@ -116,6 +116,22 @@ test.describe.serial('charge once', () => {
     await expect(page.getByTestId('balance')).toHaveText('17');
     await expect(page.getByTestId('ledger').getByTestId('job-ref')).toHaveCount(3);
     await shot(page, '14-credits-refund');
+  });
+
+  test('an admin opens the job timeline', async ({ page }) => {
+    await signIn(page, ADMIN);
+    await page.getByRole('navigation', { name: 'Main' }).getByRole('link', { name: 'Jobs' }).click();
+    await expect(page).toHaveURL(/\/admin\/jobs$/);
+    await expect(page.getByTestId('jobs')).toContainText(PAINTER.email);
+    await shot(page, '16-admin-jobs');
+    await page.getByRole('link', { name: 'Failed', exact: true }).click();
+    await expect(page.getByTestId('jobs').locator('tbody tr')).toHaveCount(1);
+    await page.getByRole('link', { name: 'All', exact: true }).click();
+    await page.getByTestId('jobs').getByRole('link', { name: /Origami/ }).click();
+    await expect(page.getByTestId('timeline')).toContainText(/claimed/i);
+    await expect(page.getByTestId('timeline')).toContainText(/settled/i);
+    await expect(page.getByTestId('attempts')).toContainText('local-edit');
+    await shot(page, '17-admin-timeline');
   });
 
   test('another person cannot see the edit', async ({ page, browser }) => {

@@ -3,11 +3,13 @@
 //! does the work, `error` shapes every failure.
 
 mod assets;
+mod budget;
 mod credits;
 mod error;
 mod jobs;
 mod json;
 mod me;
+mod metrics;
 mod ops;
 mod users;
 
@@ -28,6 +30,7 @@ pub fn ops_router(state: Tollgate) -> Router {
     Router::new()
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
+        .route("/metrics", get(metrics::metrics))
         .with_state(state)
 }
 
@@ -46,6 +49,9 @@ pub fn router(state: Tollgate) -> Router {
         .route("/jobs/{id}/output", get(jobs::output))
         .route("/jobs/{id}/cancel", post(jobs::cancel))
         .route("/quote", post(jobs::quote))
+        .route("/budget/{day}", get(budget::show).put(budget::set_cap))
+        .route("/budget/{day}/halt", post(budget::halt))
+        .route("/budget/{day}/resume", post(budget::resume))
         .route("/catalogue", get(jobs::catalogue))
         .route("/assets/{id}", get(assets::show))
         .route("/assets/{id}/content", get(assets::content))
@@ -59,6 +65,7 @@ pub fn router(state: Tollgate) -> Router {
     Router::new()
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
+        .route("/metrics", get(metrics::metrics))
         .nest("/v1", v1)
         .with_state(state)
 }

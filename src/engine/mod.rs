@@ -135,7 +135,8 @@ impl Worker {
         match result {
             Ok(()) => {}
             Err(StoreError::StaleClaim) => {
-                tracing::info!(%job, token, "run ended: the claim moved on")
+                self.tollgate.note_claim_conflict();
+                tracing::info!(%job, token, "run ended: the claim moved on");
             }
             Err(e) => {
                 tracing::warn!(%job, error = %e, "run interrupted; the job will be retried after its lease");

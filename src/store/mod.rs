@@ -15,8 +15,8 @@ mod sqlite_jobs;
 
 pub use records::{
     ApiToken, Asset, Attempt, AttemptOutcome, BudgetDay, Claim, Job, JobCursor, JobEvent,
-    JobFilter, LedgerEntry, NewApiToken, NewAsset, NewAttempt, NewJob, NewLedgerEntry, NewUser,
-    Outcome, StepRecord, Submitted, User,
+    JobFilter, LedgerEntry, MetricsSnapshot, NewApiToken, NewAsset, NewAttempt, NewJob,
+    NewLedgerEntry, NewUser, Outcome, StepRecord, Submitted, User,
 };
 pub use sessions::SessionBackend;
 
@@ -441,5 +441,9 @@ impl Store {
         at: DateTime<Utc>,
     ) -> StoreResult<bool> {
         dispatch!(self, s => s.settle(job, cost, at).await)
+    }
+
+    pub async fn metrics_snapshot(&self) -> StoreResult<MetricsSnapshot> {
+        dispatch!(self, s => s.metrics_snapshot().await)
     }
 }

@@ -505,4 +505,30 @@ impl PgStore {
         tx.commit().await?;
         Ok(true)
     }
+
+    /// Gauges for /metrics (floats are fine here: they are for charts).
+    pub async fn metrics_snapshot(&self) -> StoreResult<MetricsSnapshot> {
+        let jobs_by_status =
+            sqlx::query_as::<_, (String, i64)>("SELECT status, COUNT(*) FROM jobs GROUP BY status")
+                .fetch_all(&self.pool)
+                .await?;
+        let attempts_by_model = sqlx::query_as::<_, (String, String, i64, f64, i64)>(
+            "SELECT model, state, COUNT(*), COALESCE(SUM(cost_usd), 0)::float8, \
+             COUNT(*) FILTER (WHERE cost_usd IS NULL AND state IN ('succeeded', 'failed')) \
+             FROM attempts GROUP BY model, state",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        let (reservations_held, reserved_usd) = sqlx::query_as::<_, (i64, f64)>(
+            "SELECT COUNT(*), COALESCE(SUM(amount_usd), 0)::float8 FROM reservations WHERE state = 'held'",
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(MetricsSnapshot {
+            jobs_by_status,
+            attempts_by_model,
+            reservations_held,
+            reserved_usd,
+        })
+    }
 }

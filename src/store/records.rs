@@ -225,3 +225,13 @@ pub struct BudgetDay {
     pub reserved_usd: Usd,
     pub halted: bool,
 }
+
+/// Counts for /metrics, read at scrape time.
+#[derive(Clone, Debug, Default)]
+pub struct MetricsSnapshot {
+    pub jobs_by_status: Vec<(String, i64)>,
+    /// (model, state, attempts, priced spend in USD, unpriced attempts)
+    pub attempts_by_model: Vec<(String, String, i64, f64, i64)>,
+    pub reservations_held: i64,
+    pub reserved_usd: f64,
+}

@@ -504,4 +504,30 @@ impl SqliteStore {
         tx.commit().await?;
         Ok(true)
     }
+
+    /// Gauges for /metrics (floats are fine here: they are for charts).
+    pub async fn metrics_snapshot(&self) -> StoreResult<MetricsSnapshot> {
+        let jobs_by_status =
+            sqlx::query_as::<_, (String, i64)>("SELECT status, COUNT(*) FROM jobs GROUP BY status")
+                .fetch_all(&self.reader)
+                .await?;
+        let attempts_by_model = sqlx::query_as::<_, (String, String, i64, f64, i64)>(
+            "SELECT model, state, COUNT(*), COALESCE(SUM(CAST(cost_usd AS REAL)), 0.0), \
+             COUNT(*) FILTER (WHERE cost_usd IS NULL AND state IN ('succeeded', 'failed')) \
+             FROM attempts GROUP BY model, state",
+        )
+        .fetch_all(&self.reader)
+        .await?;
+        let (reservations_held, reserved_usd) = sqlx::query_as::<_, (i64, f64)>(
+            "SELECT COUNT(*), COALESCE(SUM(CAST(amount_usd AS REAL)), 0.0) FROM reservations WHERE state = 'held'",
+        )
+        .fetch_one(&self.reader)
+        .await?;
+        Ok(MetricsSnapshot {
+            jobs_by_status,
+            attempts_by_model,
+            reservations_held,
+            reserved_usd,
+        })
+    }
 }

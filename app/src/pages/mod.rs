@@ -2,6 +2,7 @@
 //! posts go to the handlers in `server::forms`, which redirect back here.
 
 mod account;
+mod admin_jobs;
 mod auth;
 mod credits;
 mod edits;
@@ -10,6 +11,7 @@ mod status;
 mod users;
 
 pub use account::AccountPage;
+pub use admin_jobs::AdminJobsPage;
 pub use auth::{LoginPage, SetupPage};
 pub use credits::CreditsPage;
 pub use edits::{EditDetailPage, EditsPage};

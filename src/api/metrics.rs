@@ -1,0 +1,91 @@
+//! `GET /metrics`: the Prometheus text format, built at scrape time from the
+//! database (the truth) with prometheus-client: jobs by status, attempts and
+//! spend by model (unpriced attempts counted apart), held reservations, and
+//! this node's claim conflicts.
+
+use crate::Tollgate;
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
+
+type Labels = Vec<(String, String)>;
+type FloatGauge = Gauge<f64, AtomicU64>;
+
+pub async fn metrics(State(t): State<Tollgate>) -> Response {
+    let snapshot = match t.store().metrics_snapshot().await {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(error = %e, "metrics unavailable");
+            return (StatusCode::SERVICE_UNAVAILABLE, "database unreachable\n").into_response();
+        }
+    };
+    let mut registry = Registry::with_prefix("tollgate");
+    let jobs = Family::<Labels, Gauge>::default();
+    for (status, n) in &snapshot.jobs_by_status {
+        jobs.get_or_create(&vec![("status".into(), status.clone())])
+            .set(*n);
+    }
+    registry.register("jobs", "Jobs by status", jobs);
+    let attempts = Family::<Labels, Gauge>::default();
+    let spend = Family::<Labels, FloatGauge>::default();
+    let unpriced = Family::<Labels, Gauge>::default();
+    for (model, state, n, usd, unpriced_n) in &snapshot.attempts_by_model {
+        let labels = vec![
+            ("model".into(), model.clone()),
+            ("state".into(), state.clone()),
+        ];
+        attempts.get_or_create(&labels).set(*n);
+        spend
+            .get_or_create(&vec![("model".into(), model.clone())])
+            .inc_by(*usd);
+        unpriced
+            .get_or_create(&vec![("model".into(), model.clone())])
+            .inc_by(*unpriced_n);
+    }
+    registry.register("attempts", "Provider attempts by model and state", attempts);
+    registry.register("spend_usd", "Priced provider spend by model, in USD", spend);
+    registry.register(
+        "unpriced_attempts",
+        "Finished attempts nobody could price, by model",
+        unpriced,
+    );
+    let held: Gauge = Gauge::default();
+    held.set(snapshot.reservations_held);
+    registry.register(
+        "reservations_held",
+        "Budget reservations not yet settled",
+        held,
+    );
+    let reserved: FloatGauge = FloatGauge::default();
+    reserved.set(snapshot.reserved_usd);
+    registry.register(
+        "reserved_usd",
+        "USD held by unsettled reservations",
+        reserved,
+    );
+    let conflicts: Gauge = Gauge::default();
+    conflicts.set(t.claim_conflicts() as i64);
+    registry.register(
+        "claim_conflicts",
+        "Runs on this node that found their claim taken (stale fencing token)",
+        conflicts,
+    );
+
+    let mut body = String::new();
+    if encode(&mut body, &registry).is_err() {
+        return (StatusCode::INTERNAL_SERVER_ERROR, "encoding failed\n").into_response();
+    }
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        body,
+    )
+        .into_response()
+}
