@@ -82,6 +82,7 @@ both_backends!(
     not_ready_fails_with_questions_and_refunds,
     a_halted_day_pauses_spending_and_refunds,
     a_resumed_job_skips_its_completed_steps,
+    a_dead_runs_attempt_is_closed_not_reused,
 );
 
 async fn an_edit_runs_to_success_with_its_output_and_costs(db: TestDb) {
@@ -269,4 +270,45 @@ async fn a_resumed_job_skips_its_completed_steps(db: TestDb) {
         (day.used_usd, day.reserved_usd),
         (job.estimated_usd, Usd::ZERO)
     );
+}
+
+async fn a_dead_runs_attempt_is_closed_not_reused(db: TestDb) {
+    let u = person(&db, 10).await;
+    let id = edit(&db, &u, "d1", json!({"kind": "pet"})).await;
+    // A run gets as far as writing its attempt down, then dies (lease 1 s).
+    let now = Utc::now();
+    let claim = db
+        .store()
+        .claim_jobs("dead", 1, now + ChronoDuration::seconds(1), now)
+        .await
+        .unwrap()
+        .remove(0);
+    let attempt = tollgate::store::NewAttempt {
+        id: uuid::Uuid::new_v4(),
+        job_id: id,
+        provider: "local".into(),
+        model: "local-edit".into(),
+        attempt_no: 1,
+        idempotency_key: format!("{id}:1"),
+        started_at: now,
+    };
+    db.store()
+        .begin_attempt(&attempt, claim.token)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let engine = tollgate::engine::start(db.tollgate.clone(), 1);
+    let job = settled(&db, id).await;
+    engine.shutdown().await;
+    assert_eq!(job.status, JobStatus::Succeeded, "{:?}", job.error);
+    let attempts = db.store().attempts(id).await.unwrap();
+    assert_eq!(attempts.len(), 2, "every attempt is kept");
+    let first = attempts.iter().find(|a| a.attempt_no == 1).unwrap();
+    assert_eq!(
+        (first.state.as_str(), first.error_class.as_deref()),
+        ("failed", Some("interrupted"))
+    );
+    assert_eq!(first.cost_usd, None, "unknown, not zero");
+    let second = attempts.iter().find(|a| a.attempt_no == 2).unwrap();
+    assert_eq!(second.state, "succeeded");
 }

@@ -281,6 +281,23 @@ async fn generate(t: &Tollgate, claim: &Claim) -> StoreResult<Step> {
             json!({"key": key.as_str(), "content_type": content_type, "reused": true, "cost_usd": cost}),
         ));
     }
+    // An attempt a dead run left `submitting` stays on record: the local
+    // provider runs in-process, so it died with its run and cost nothing
+    // outside; it is closed as interrupted (unpriced), never silently reused.
+    for stale in previous.iter().filter(|a| a.state == "submitting") {
+        let interrupted = AttemptOutcome {
+            state: "failed",
+            provider_job_id: None,
+            error_class: Some("interrupted".into()),
+            error: Some("the run that made this attempt stopped before it finished".into()),
+            duration_ms: 0,
+            usage: None,
+            cost_usd: None,
+            cost_source: None,
+            finished_at: Utc::now(),
+        };
+        t.store().end_attempt(stale.id, &interrupted).await?;
+    }
     let attempt_no = previous.len() as i32 + 1;
     let attempt = NewAttempt {
         id: uuid::Uuid::new_v4(),
