@@ -50,6 +50,8 @@ pub struct Config {
     pub logins_per_address_per_minute: u32,
     /// Workers this node runs (role all or worker).
     pub workers: usize,
+    /// How long a claim lasts without a heartbeat (seconds).
+    pub lease_s: i64,
     /// A day's spending cap unless an admin set one for that day.
     pub daily_cap_usd: crate::model::Usd,
     /// Where the built site (CSS, wasm, static files) is served from.
@@ -180,6 +182,19 @@ impl Config {
                     )
                 })?,
         };
+        let lease_s = match non_empty("TOLLGATE_LEASE_SECONDS") {
+            None => 30,
+            Some(v) => v
+                .parse::<i64>()
+                .ok()
+                .filter(|n| (2..=3600).contains(n))
+                .ok_or_else(|| {
+                    ConfigError::new(
+                        "TOLLGATE_LEASE_SECONDS",
+                        format!("{v:?} is not a number from 2 to 3600"),
+                    )
+                })?,
+        };
         let daily_cap_usd = match non_empty("TOLLGATE_DAILY_CAP_USD") {
             None => crate::model::Usd::parse("50.00").unwrap_or_default(),
             Some(v) => crate::model::Usd::parse(&v).map_err(|_| {
@@ -205,6 +220,7 @@ impl Config {
             logins_per_account_per_minute,
             logins_per_address_per_minute,
             workers,
+            lease_s,
             daily_cap_usd,
             site_root,
         })

@@ -16,7 +16,10 @@ pub const POSTGRES_URL_VAR: &str = "TOLLGATE_TEST_POSTGRES_URL";
 /// removed when this is dropped.
 pub struct TestDb {
     pub tollgate: Tollgate,
-    dir: Option<PathBuf>,
+    /// The database's URL, for a second process (a real `tollgate serve`).
+    pub url: String,
+    /// This test's folder: its object store lives in `objects/` inside it.
+    pub dir: PathBuf,
 }
 
 impl TestDb {
@@ -35,7 +38,8 @@ impl TestDb {
         let objects = dir.join("objects");
         TestDb {
             tollgate: open(&url, &objects).await,
-            dir: Some(dir),
+            url,
+            dir,
         }
     }
 
@@ -58,7 +62,8 @@ impl TestDb {
         let objects = dir.join("objects");
         TestDb {
             tollgate: open(&url, &objects).await,
-            dir: Some(dir),
+            url,
+            dir,
         }
     }
 
@@ -84,9 +89,7 @@ impl TestDb {
 
 impl Drop for TestDb {
     fn drop(&mut self) {
-        if let Some(dir) = &self.dir {
-            let _ = std::fs::remove_dir_all(dir);
-        }
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 

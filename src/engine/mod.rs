@@ -15,10 +15,6 @@ use std::time::Duration;
 use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 
-/// How long a claim lasts without a heartbeat.
-pub const LEASE_S: i64 = 30;
-/// How often a running job's lease is extended.
-const HEARTBEAT_EVERY: Duration = Duration::from_secs(10);
 /// How often an idle worker looks for work even without a doorbell.
 const IDLE_POLL: Duration = Duration::from_secs(1);
 
@@ -90,7 +86,12 @@ impl Worker {
             let claimed = self
                 .tollgate
                 .store()
-                .claim_jobs(&self.id, 1, now + ChronoDuration::seconds(LEASE_S), now)
+                .claim_jobs(
+                    &self.id,
+                    1,
+                    now + ChronoDuration::seconds(self.tollgate.config().lease_s),
+                    now,
+                )
                 .await;
             match claimed {
                 Ok(mut claims) if !claims.is_empty() => {
@@ -116,12 +117,15 @@ impl Worker {
         let job = claim.job.id;
         let token = claim.token;
         let store = self.tollgate.store().clone();
+        let lease_s = self.tollgate.config().lease_s;
+        // Three heartbeats per lease: one lost beat does not lose the job.
+        let every = Duration::from_millis((lease_s as u64 * 1000 / 3).max(500));
         let beat = tokio::spawn(async move {
-            let mut tick = tokio::time::interval(HEARTBEAT_EVERY);
+            let mut tick = tokio::time::interval(every);
             tick.tick().await;
             loop {
                 tick.tick().await;
-                let until = Utc::now() + ChronoDuration::seconds(LEASE_S);
+                let until = Utc::now() + ChronoDuration::seconds(lease_s);
                 match store.heartbeat(job, token, until).await {
                     Ok(true) => {}
                     // Lost (cancelled, or reclaimed after a stall): the

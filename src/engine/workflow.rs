@@ -272,11 +272,29 @@ async fn generate(t: &Tollgate, claim: &Claim) -> StoreResult<Step> {
                 "Another job's output is stored where this one's belongs.",
             ));
         }
-        let cost = previous
+        // The output exists, so the latest attempt did its work even if its
+        // run died before saying so: record it (local work is priced from
+        // the rate card) and make no new call (rule 8).
+        let mut cost = previous
             .iter()
             .rev()
             .find(|a| a.state == "succeeded")
             .and_then(|a| a.cost_usd);
+        if let Some(open) = previous.iter().rev().find(|a| a.state == "submitting") {
+            let recovered = AttemptOutcome {
+                state: "succeeded",
+                provider_job_id: None,
+                error_class: None,
+                error: None,
+                duration_ms: 0,
+                usage: Some(json!({"recovered": true})),
+                cost_usd: Some(job.estimated_usd),
+                cost_source: Some("derived"),
+                finished_at: Utc::now(),
+            };
+            t.store().end_attempt(open.id, &recovered).await?;
+            cost = cost.or(Some(job.estimated_usd));
+        }
         return Ok(Step::Done(
             json!({"key": key.as_str(), "content_type": content_type, "reused": true, "cost_usd": cost}),
         ));
