@@ -23,7 +23,7 @@ fn free_port() -> u16 {
 /// Starts `tollgate serve` on the test's database and folder; waits for /healthz.
 async fn serve(db: &TestDb) -> Child {
     let port = free_port();
-    let child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
         .arg("serve")
         .env("TOLLGATE_DATABASE_URL", &db.url)
         .env("TOLLGATE_LISTEN", format!("127.0.0.1:{port}"))
@@ -49,6 +49,8 @@ async fn serve(db: &TestDb) -> Child {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    let _ = child.kill();
+    let _ = child.wait();
     panic!("tollgate serve did not come up");
 }
 
