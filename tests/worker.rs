@@ -125,6 +125,14 @@ async fn an_edit_runs_to_success_with_its_output_and_costs(db: TestDb) {
         .unwrap();
     assert_eq!(day.used_usd, job.estimated_usd);
     assert_eq!(day.reserved_usd, Usd::ZERO);
+    // The metrics' spend is the exact sum of priced attempts.
+    let m = db.store().metrics_snapshot().await.unwrap();
+    let edit = m
+        .attempts_by_model
+        .iter()
+        .find(|a| a.0 == "local-edit" && a.1 == "succeeded")
+        .unwrap();
+    assert_eq!((edit.2, edit.3, edit.4), (1, job.estimated_usd, 0));
     let steps: Vec<String> = db
         .store()
         .steps(id)

@@ -16,6 +16,11 @@ use std::sync::atomic::AtomicU64;
 type Labels = Vec<(String, String)>;
 type FloatGauge = Gauge<f64, AtomicU64>;
 
+/// An exact amount as a Prometheus sample (samples are floats by definition).
+fn as_sample(usd: crate::model::Usd) -> f64 {
+    usd.to_string().parse().unwrap_or(f64::NAN)
+}
+
 pub async fn metrics(State(t): State<Tollgate>) -> Response {
     let snapshot = match t.store().metrics_snapshot().await {
         Ok(s) => s,
@@ -40,9 +45,10 @@ pub async fn metrics(State(t): State<Tollgate>) -> Response {
             ("state".into(), state.clone()),
         ];
         attempts.get_or_create(&labels).set(*n);
+        // Prometheus samples are floats; the sum behind this one is exact.
         spend
             .get_or_create(&vec![("model".into(), model.clone())])
-            .inc_by(*usd);
+            .inc_by(as_sample(*usd));
         unpriced
             .get_or_create(&vec![("model".into(), model.clone())])
             .inc_by(*unpriced_n);
@@ -62,7 +68,7 @@ pub async fn metrics(State(t): State<Tollgate>) -> Response {
         held,
     );
     let reserved: FloatGauge = FloatGauge::default();
-    reserved.set(snapshot.reserved_usd);
+    reserved.set(as_sample(snapshot.reserved_usd));
     registry.register(
         "reserved_usd",
         "USD held by unsettled reservations",

@@ -512,18 +512,23 @@ impl PgStore {
             sqlx::query_as::<_, (String, i64)>("SELECT status, COUNT(*) FROM jobs GROUP BY status")
                 .fetch_all(&self.pool)
                 .await?;
-        let attempts_by_model = sqlx::query_as::<_, (String, String, i64, f64, i64)>(
-            "SELECT model, state, COUNT(*), COALESCE(SUM(cost_usd), 0)::float8, \
+        let rows = sqlx::query_as::<_, (String, String, i64, rust_decimal::Decimal, i64)>(
+            "SELECT model, state, COUNT(*), COALESCE(SUM(cost_usd), 0), \
              COUNT(*) FILTER (WHERE cost_usd IS NULL AND state IN ('succeeded', 'failed')) \
              FROM attempts GROUP BY model, state",
         )
         .fetch_all(&self.pool)
         .await?;
-        let (reservations_held, reserved_usd) = sqlx::query_as::<_, (i64, f64)>(
-            "SELECT COUNT(*), COALESCE(SUM(amount_usd), 0)::float8 FROM reservations WHERE state = 'held'",
+        let attempts_by_model = rows
+            .into_iter()
+            .map(|(m, s, n, u, un)| (m, s, n, usd(u), un))
+            .collect();
+        let (reservations_held, reserved) = sqlx::query_as::<_, (i64, rust_decimal::Decimal)>(
+            "SELECT COUNT(*), COALESCE(SUM(amount_usd), 0) FROM reservations WHERE state = 'held'",
         )
         .fetch_one(&self.pool)
         .await?;
+        let reserved_usd = usd(reserved);
         Ok(MetricsSnapshot {
             jobs_by_status,
             attempts_by_model,

@@ -226,12 +226,13 @@ pub struct BudgetDay {
     pub halted: bool,
 }
 
-/// Counts for /metrics, read at scrape time.
+/// Counts for /metrics, read at scrape time. Sums are exact; only the
+/// Prometheus encoder turns them into floats.
 #[derive(Clone, Debug, Default)]
 pub struct MetricsSnapshot {
     pub jobs_by_status: Vec<(String, i64)>,
-    /// (model, state, attempts, priced spend in USD, unpriced attempts)
-    pub attempts_by_model: Vec<(String, String, i64, f64, i64)>,
+    /// (model, state, attempts, priced spend, unpriced finished attempts)
+    pub attempts_by_model: Vec<(String, String, i64, Usd, i64)>,
     pub reservations_held: i64,
-    pub reserved_usd: f64,
+    pub reserved_usd: Usd,
 }

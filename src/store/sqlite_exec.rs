@@ -511,18 +511,38 @@ impl SqliteStore {
             sqlx::query_as::<_, (String, i64)>("SELECT status, COUNT(*) FROM jobs GROUP BY status")
                 .fetch_all(&self.reader)
                 .await?;
-        let attempts_by_model = sqlx::query_as::<_, (String, String, i64, f64, i64)>(
-            "SELECT model, state, COUNT(*), COALESCE(SUM(CAST(cost_usd AS REAL)), 0.0), \
-             COUNT(*) FILTER (WHERE cost_usd IS NULL AND state IN ('succeeded', 'failed')) \
-             FROM attempts GROUP BY model, state",
+        // TEXT decimals are summed in Rust, exactly (SQLite would use floats).
+        let rows = sqlx::query_as::<_, (String, String, Option<String>)>(
+            "SELECT model, state, cost_usd FROM attempts",
         )
         .fetch_all(&self.reader)
         .await?;
-        let (reservations_held, reserved_usd) = sqlx::query_as::<_, (i64, f64)>(
-            "SELECT COUNT(*), COALESCE(SUM(CAST(amount_usd AS REAL)), 0.0) FROM reservations WHERE state = 'held'",
+        let mut by: std::collections::BTreeMap<(String, String), (i64, Usd, i64)> =
+            std::collections::BTreeMap::new();
+        for (model, state, cost) in rows {
+            let finished = state == "succeeded" || state == "failed";
+            let e = by.entry((model, state)).or_insert((0, Usd::ZERO, 0));
+            e.0 += 1;
+            match cost {
+                Some(c) => e.1 = e.1.plus(usd(&c)?),
+                None if finished => e.2 += 1,
+                None => {}
+            }
+        }
+        let attempts_by_model = by
+            .into_iter()
+            .map(|((m, s), (n, u, un))| (m, s, n, u, un))
+            .collect();
+        let held = sqlx::query_scalar::<_, String>(
+            "SELECT amount_usd FROM reservations WHERE state = 'held'",
         )
-        .fetch_one(&self.reader)
+        .fetch_all(&self.reader)
         .await?;
+        let reservations_held = held.len() as i64;
+        let mut reserved_usd = Usd::ZERO;
+        for h in held {
+            reserved_usd = reserved_usd.plus(usd(&h)?);
+        }
         Ok(MetricsSnapshot {
             jobs_by_status,
             attempts_by_model,
