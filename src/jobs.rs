@@ -185,6 +185,29 @@ impl Tollgate {
         }
     }
 
+    /// A succeeded job's output, to those who may see the job.
+    pub async fn job_output_content(
+        &self,
+        viewer: &User,
+        id: JobId,
+    ) -> Result<(String, crate::storage::ObjectBody)> {
+        let job = self.visible_job(viewer, id).await?;
+        let (key, content_type) = self
+            .store()
+            .job_output(job.id)
+            .await?
+            .ok_or(Error::NotFound("output"))?;
+        let key =
+            crate::storage::ObjectKey::parse(&key).map_err(|e| Error::Internal(e.to_string()))?;
+        let body = self
+            .objects()
+            .get(&key)
+            .await
+            .map_err(|e| Error::Internal(format!("reading an output: {e}")))?
+            .ok_or(Error::NotFound("output"))?;
+        Ok((content_type, body))
+    }
+
     /// Rule 3: the one refund every caller uses. Refunds a failed or
     /// cancelled job once; any other call does nothing.
     pub async fn refund(&self, id: JobId) -> Result<bool> {

@@ -69,12 +69,11 @@ impl Tollgate {
         match self.store().append_ledger(&entry).await? {
             Some(e) => Ok((e, true)),
             None => {
+                // Read back by reference: the entry the key already made.
                 let existing = self
                     .store()
-                    .ledger_for_user(to, HISTORY_LEN_MAX)
+                    .ledger_entry(&reference)
                     .await?
-                    .into_iter()
-                    .find(|e| e.reference == reference)
                     .ok_or_else(|| Error::Conflict {
                         code: "IDEMPOTENCY_CONFLICT",
                         message: "this idempotency key was used for another grant".into(),

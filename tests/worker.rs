@@ -83,6 +83,7 @@ both_backends!(
     a_halted_day_pauses_spending_and_refunds,
     a_resumed_job_skips_its_completed_steps,
     a_dead_runs_attempt_is_closed_not_reused,
+    a_cancel_mid_run_settles_the_hold,
 );
 
 async fn an_edit_runs_to_success_with_its_output_and_costs(db: TestDb) {
@@ -319,4 +320,68 @@ async fn a_dead_runs_attempt_is_closed_not_reused(db: TestDb) {
     assert_eq!(first.cost_usd, None, "unknown, not zero");
     let second = attempts.iter().find(|a| a.attempt_no == 2).unwrap();
     assert_eq!(second.state, "succeeded");
+}
+
+async fn a_cancel_mid_run_settles_the_hold(db: TestDb) {
+    let u = person(&db, 10).await;
+    let id = edit(&db, &u, "c1", json!({"kind": "pet"})).await;
+    let now = Utc::now();
+    let day = now.date_naive();
+    let cap = Usd::parse("50").unwrap();
+    let claim = db
+        .store()
+        .claim_jobs("w", 1, now + ChronoDuration::seconds(60), now)
+        .await
+        .unwrap()
+        .remove(0);
+    assert!(db
+        .store()
+        .reserve(id, claim.token, day, cap, claim.job.estimated_usd, now)
+        .await
+        .unwrap());
+    let attempt = tollgate::store::NewAttempt {
+        id: uuid::Uuid::new_v4(),
+        job_id: id,
+        provider: "local".into(),
+        model: "local-edit".into(),
+        attempt_no: 1,
+        idempotency_key: format!("{id}:1"),
+        started_at: now,
+    };
+    db.store()
+        .begin_attempt(&attempt, claim.token)
+        .await
+        .unwrap();
+    let paid = tollgate::store::AttemptOutcome {
+        state: "succeeded",
+        provider_job_id: None,
+        error_class: None,
+        error: None,
+        duration_ms: 5,
+        usage: None,
+        cost_usd: Some(Usd::parse("0.01").unwrap()),
+        cost_source: Some("derived"),
+        finished_at: now,
+    };
+    db.store().end_attempt(attempt.id, &paid).await.unwrap();
+    // Not terminal yet: the hold belongs to the run.
+    assert!(!tollgate::engine::settle_abandoned(&db.tollgate, id)
+        .await
+        .unwrap());
+    // The owner cancels while the run still holds the job.
+    db.store().cancel_job(id, now).await.unwrap().unwrap();
+    assert!(tollgate::engine::settle_abandoned(&db.tollgate, id)
+        .await
+        .unwrap());
+    assert!(
+        !tollgate::engine::settle_abandoned(&db.tollgate, id)
+            .await
+            .unwrap(),
+        "settled once"
+    );
+    let d = db.store().budget_day(day, cap).await.unwrap();
+    assert_eq!(
+        (d.used_usd, d.reserved_usd),
+        (Usd::parse("0.01").unwrap(), Usd::ZERO)
+    );
 }

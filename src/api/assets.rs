@@ -7,10 +7,10 @@ use crate::error::{Error, Result};
 use crate::model::AssetId;
 use crate::store::Asset;
 use crate::Tollgate;
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::extract::{Path, State};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::Response;
 use axum::Json;
 use serde_json::{json, Value};
 
@@ -59,20 +59,5 @@ pub async fn content(
     Path(id): Path<String>,
 ) -> Result<Response> {
     let (asset, body) = t.asset_content(who.user(), asset_id(&id)?).await?;
-    let mut response = Body::from_stream(body.stream).into_response();
-    let h = response.headers_mut();
-    if let Ok(v) = HeaderValue::from_str(&asset.content_type) {
-        h.insert(header::CONTENT_TYPE, v);
-    }
-    h.insert(header::CONTENT_LENGTH, HeaderValue::from(asset.bytes));
-    // Private: only this person's browser may keep it.
-    h.insert(
-        header::CACHE_CONTROL,
-        HeaderValue::from_static("private, max-age=3600"),
-    );
-    h.insert(
-        "x-content-type-options",
-        HeaderValue::from_static("nosniff"),
-    );
-    Ok(response)
+    Ok(super::private_object(&asset.content_type, body))
 }

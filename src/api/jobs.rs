@@ -97,7 +97,12 @@ pub async fn submit(
         })?),
     };
     let submission = t.submit_job(who.user(), key, &body).await?;
-    let attempts = t.store().attempts(submission.job.id).await?;
+    // A job made just now has no attempts; only a replay needs to look.
+    let attempts = if submission.created {
+        Vec::new()
+    } else {
+        t.store().attempts(submission.job.id).await?
+    };
     let location = format!("/v1/jobs/{}", submission.job.id);
     let mut response = if submission.created {
         (
@@ -183,33 +188,8 @@ pub async fn output(
     who: Authorized<AnyUser>,
     Path(id): Path<String>,
 ) -> Result<Response> {
-    let job = t.visible_job(who.user(), job_id(&id)?).await?;
-    let (key, content_type) = t
-        .store()
-        .job_output(job.id)
-        .await?
-        .ok_or(Error::NotFound("output"))?;
-    let key = crate::storage::ObjectKey::parse(&key).map_err(|e| Error::Internal(e.to_string()))?;
-    let body = t
-        .objects()
-        .get(&key)
-        .await
-        .map_err(|e| Error::Internal(format!("reading an output: {e}")))?
-        .ok_or(Error::NotFound("output"))?;
-    let mut response = axum::body::Body::from_stream(body.stream).into_response();
-    let h = response.headers_mut();
-    if let Ok(v) = HeaderValue::from_str(&content_type) {
-        h.insert(header::CONTENT_TYPE, v);
-    }
-    h.insert(
-        header::CACHE_CONTROL,
-        HeaderValue::from_static("private, max-age=3600"),
-    );
-    h.insert(
-        "x-content-type-options",
-        HeaderValue::from_static("nosniff"),
-    );
-    Ok(response)
+    let (content_type, body) = t.job_output_content(who.user(), job_id(&id)?).await?;
+    Ok(super::private_object(&content_type, body))
 }
 
 pub async fn events(

@@ -22,6 +22,32 @@ use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 use axum::Router;
 
+/// Streams a stored object to the one who may see it: never cached by
+/// anyone else, never sniffed into another type.
+pub(crate) fn private_object(
+    content_type: &str,
+    body: crate::storage::ObjectBody,
+) -> axum::response::Response {
+    use axum::http::{header, HeaderValue};
+    use axum::response::IntoResponse;
+    let size = body.meta.size;
+    let mut response = axum::body::Body::from_stream(body.stream).into_response();
+    let h = response.headers_mut();
+    if let Ok(v) = HeaderValue::from_str(content_type) {
+        h.insert(header::CONTENT_TYPE, v);
+    }
+    h.insert(header::CONTENT_LENGTH, HeaderValue::from(size));
+    h.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("private, max-age=3600"),
+    );
+    h.insert(
+        "x-content-type-options",
+        HeaderValue::from_static("nosniff"),
+    );
+    response
+}
+
 /// Largest JSON body the API reads.
 pub const JSON_BODY_BYTES_MAX: usize = 64 * 1024;
 

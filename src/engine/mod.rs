@@ -46,20 +46,67 @@ pub fn start(tollgate: Tollgate, workers: usize) -> EngineHandle {
         };
         tasks.push(tokio::spawn(worker.run()));
     }
-    let sweeper_bell = tollgate.doorbell();
+    let sweeper = tollgate.clone();
     let mut sweeper_stop = stopped.clone();
     tasks.push(tokio::spawn(async move {
         // A lost wake-up costs at most one tick: the sweeper rings anyway,
-        // and a claim also takes any job whose lease has expired.
+        // and a claim also takes any job whose lease has expired. It also
+        // settles holds a dead run left on a finished job, from what the
+        // job's attempts recorded, never by calling again.
         let mut tick = tokio::time::interval(Duration::from_secs(5));
         loop {
             tokio::select! {
-                _ = tick.tick() => sweeper_bell.notify_waiters(),
+                _ = tick.tick() => {
+                    sweeper.doorbell().notify_waiters();
+                    sweep_holds(&sweeper).await;
+                }
                 _ = sweeper_stop.changed() => break,
             }
         }
     }));
     EngineHandle { stop, tasks }
+}
+
+async fn sweep_holds(t: &Tollgate) {
+    match t.store().held_on_finished_jobs(100).await {
+        Ok(jobs) => {
+            for job in jobs {
+                if let Err(e) = settle_abandoned(t, job).await {
+                    tracing::warn!(%job, error = %e, "settling a left-over hold failed");
+                }
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "looking for left-over holds failed"),
+    }
+}
+
+/// Settles the hold of a job that ended while a run held it (a cancel won),
+/// from what its attempts recorded, never by calling again: nothing paid is
+/// zero, a priced attempt its cost, and any attempt that may have been paid
+/// without a price keeps the estimate booked. Does nothing for a job that is
+/// not terminal (its new owner settles it) or whose hold is already settled.
+pub async fn settle_abandoned(t: &Tollgate, job: crate::model::JobId) -> Result<bool, StoreError> {
+    let Some(j) = t.store().job(job).await? else {
+        return Ok(false);
+    };
+    if !j.status.is_terminal() {
+        return Ok(false);
+    }
+    let attempts = t.store().attempts(job).await?;
+    let cost = if attempts
+        .iter()
+        .any(|a| a.cost_usd.is_none() && a.error_class.as_deref() != Some("interrupted"))
+    {
+        None
+    } else {
+        Some(
+            attempts
+                .iter()
+                .filter_map(|a| a.cost_usd)
+                .fold(crate::model::Usd::ZERO, |s, c| s.plus(c)),
+        )
+    };
+    t.store().settle(job, cost, Utc::now()).await
 }
 
 fn hostname() -> String {
@@ -141,6 +188,10 @@ impl Worker {
             Err(StoreError::StaleClaim) => {
                 self.tollgate.note_claim_conflict();
                 tracing::info!(%job, token, "run ended: the claim moved on");
+                // Cancelled under this run: nobody else will settle its hold.
+                if let Err(e) = settle_abandoned(&self.tollgate, job).await {
+                    tracing::warn!(%job, error = %e, "settling an abandoned hold failed");
+                }
             }
             Err(e) => {
                 tracing::warn!(%job, error = %e, "run interrupted; the job will be retried after its lease");

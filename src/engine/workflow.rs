@@ -75,12 +75,8 @@ pub(super) async fn run(
                 outputs.insert(step.to_string(), out);
             }
             Step::Fail(error) => {
-                // Nothing more will be spent: release what is held at zero
-                // unless a paid call happened (then its cost stands).
-                let spent = outputs.get("generate").map(cost_of);
-                store
-                    .settle(job.id, spent.unwrap_or(Some(Usd::ZERO)), Utc::now())
-                    .await?;
+                // The terminal write first: it names the token, so a stale
+                // run stops here and cannot settle a hold its successor owns.
                 store
                     .finish_claimed(
                         job.id,
@@ -90,6 +86,12 @@ pub(super) async fn run(
                         None,
                         Utc::now(),
                     )
+                    .await?;
+                // Nothing more will be spent: release what is held at zero
+                // unless a paid call happened (then its cost stands).
+                let spent = outputs.get("generate").map(cost_of);
+                store
+                    .settle(job.id, spent.unwrap_or(Some(Usd::ZERO)), Utc::now())
                     .await?;
                 return Ok(());
             }

@@ -245,6 +245,11 @@ impl Store {
         dispatch!(self, s => s.ledger_for_user(user, limit).await)
     }
 
+    /// The entry with this reference, if any.
+    pub async fn ledger_entry(&self, reference: &str) -> StoreResult<Option<LedgerEntry>> {
+        dispatch!(self, s => s.ledger_entry(reference).await)
+    }
+
     /// The sum of a user's entries: always equal to the stored balance.
     pub async fn ledger_sum(&self, user: UserId) -> StoreResult<Credits> {
         dispatch!(self, s => s.ledger_sum(user).await)
@@ -445,5 +450,11 @@ impl Store {
 
     pub async fn metrics_snapshot(&self) -> StoreResult<MetricsSnapshot> {
         dispatch!(self, s => s.metrics_snapshot().await)
+    }
+
+    /// Finished jobs whose budget hold was never settled (their run died
+    /// between the terminal write and the settlement).
+    pub async fn held_on_finished_jobs(&self, limit: i64) -> StoreResult<Vec<JobId>> {
+        dispatch!(self, s => s.held_on_finished_jobs(limit).await)
     }
 }

@@ -346,6 +346,15 @@ impl PgStore {
         rows.iter().map(ledger_from_row).collect()
     }
 
+    pub async fn ledger_entry(&self, reference: &str) -> StoreResult<Option<LedgerEntry>> {
+        let sql = format!("SELECT {LEDGER_COLUMNS} FROM ledger WHERE reference = $1");
+        let row = sqlx::query(&sql)
+            .bind(reference)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(ledger_from_row).transpose()
+    }
+
     pub async fn ledger_sum(&self, user: UserId) -> StoreResult<Credits> {
         let sum: i64 = sqlx::query_scalar(
             "SELECT COALESCE(SUM(amount), 0)::bigint FROM ledger WHERE user_id = $1",

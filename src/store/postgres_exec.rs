@@ -308,7 +308,7 @@ impl PgStore {
     /// (while it is still open); a repeated report only refreshes telemetry.
     pub async fn end_attempt(&self, id: uuid::Uuid, o: &AttemptOutcome) -> StoreResult<()> {
         let mut tx = self.pool.begin().await?;
-        let open = sqlx::query(
+        sqlx::query(
             "UPDATE attempts SET state = $1, provider_job_id = COALESCE($2, provider_job_id), error_class = $3, error = $4, \
              duration_ms = $5, finished_at = $6 WHERE id = $7 AND state IN ('submitting', 'submitted')",
         )
@@ -321,7 +321,6 @@ impl PgStore {
         .bind(id)
         .execute(&mut *tx)
         .await?;
-        let _ = open;
         sqlx::query(
             "UPDATE attempts SET usage = $1::jsonb, cost_usd = $2, cost_source = $3 WHERE id = $4",
         )
@@ -535,5 +534,16 @@ impl PgStore {
             reservations_held,
             reserved_usd,
         })
+    }
+
+    pub async fn held_on_finished_jobs(&self, limit: i64) -> StoreResult<Vec<JobId>> {
+        let ids: Vec<uuid::Uuid> = sqlx::query_scalar(
+            "SELECT r.job_id FROM reservations r JOIN jobs j ON j.id = r.job_id \
+             WHERE r.state = 'held' AND j.status IN ('succeeded', 'failed', 'cancelled') LIMIT $1",
+        )
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(ids.into_iter().map(JobId).collect())
     }
 }

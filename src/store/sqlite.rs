@@ -371,6 +371,15 @@ impl SqliteStore {
         rows.iter().map(ledger_from_row).collect()
     }
 
+    pub async fn ledger_entry(&self, reference: &str) -> StoreResult<Option<LedgerEntry>> {
+        let sql = format!("SELECT {LEDGER_COLUMNS} FROM ledger WHERE reference = ?");
+        let row = sqlx::query(&sql)
+            .bind(reference)
+            .fetch_optional(&self.reader)
+            .await?;
+        row.as_ref().map(ledger_from_row).transpose()
+    }
+
     pub async fn ledger_sum(&self, user: UserId) -> StoreResult<Credits> {
         let sum: i64 =
             sqlx::query_scalar("SELECT COALESCE(SUM(amount), 0) FROM ledger WHERE user_id = ?")

@@ -305,7 +305,7 @@ impl SqliteStore {
     /// (while it is still open); a repeated report only refreshes telemetry.
     pub async fn end_attempt(&self, id: uuid::Uuid, o: &AttemptOutcome) -> StoreResult<()> {
         let mut tx = self.writer.begin().await?;
-        let open = sqlx::query(
+        sqlx::query(
             "UPDATE attempts SET state = ?, provider_job_id = COALESCE(?, provider_job_id), error_class = ?, error = ?, \
              duration_ms = ?, finished_at = ? WHERE id = ? AND state IN ('submitting', 'submitted')",
         )
@@ -318,7 +318,6 @@ impl SqliteStore {
         .bind(id)
         .execute(&mut *tx)
         .await?;
-        let _ = open;
         sqlx::query("UPDATE attempts SET usage = ?, cost_usd = ?, cost_source = ? WHERE id = ?")
             .bind(o.usage.as_ref().map(|u| u.to_string()))
             .bind(o.cost_usd.map(|c| c.to_string()))
@@ -549,5 +548,16 @@ impl SqliteStore {
             reservations_held,
             reserved_usd,
         })
+    }
+
+    pub async fn held_on_finished_jobs(&self, limit: i64) -> StoreResult<Vec<JobId>> {
+        let ids: Vec<uuid::Uuid> = sqlx::query_scalar(
+            "SELECT r.job_id FROM reservations r JOIN jobs j ON j.id = r.job_id \
+             WHERE r.state = 'held' AND j.status IN ('succeeded', 'failed', 'cancelled') LIMIT ?",
+        )
+        .bind(limit)
+        .fetch_all(&self.reader)
+        .await?;
+        Ok(ids.into_iter().map(JobId).collect())
     }
 }

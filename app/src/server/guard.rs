@@ -39,6 +39,11 @@ pub fn page_access(path: &str) -> Access {
 }
 
 pub async fn role_guard(State(t): State<Tollgate>, req: Request, next: Next) -> Response {
+    // Static files and health checks never need to know who asks: skip the
+    // session and user lookups they would otherwise cost on every request.
+    if is_anonymous_route(req.uri().path()) {
+        return next.run(req).await;
+    }
     let (mut parts, body) = req.into_parts();
     let path = parts.uri.path().to_string();
     let principal = match t.resolve_principal(&mut parts).await {
@@ -97,6 +102,11 @@ pub async fn role_guard(State(t): State<Tollgate>, req: Request, next: Next) -> 
             Some(_) => next.run(Request::from_parts(parts, body)).await,
         },
     }
+}
+
+fn is_anonymous_route(path: &str) -> bool {
+    path.starts_with("/pkg/")
+        || matches!(path, "/favicon.svg" | "/healthz" | "/readyz" | "/metrics")
 }
 
 fn url_escape(s: &str) -> String {
