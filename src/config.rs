@@ -56,6 +56,9 @@ pub struct Config {
     pub daily_cap_usd: crate::model::Usd,
     /// Where the built site (CSS, wasm, static files) is served from.
     pub site_root: PathBuf,
+    /// The models that may be called, their prices and runner policies,
+    /// and the local provider's injected faults.
+    pub models: crate::providers::config::Models,
 }
 
 impl Config {
@@ -115,6 +118,34 @@ impl Config {
             }
         };
 
+        if let Some(k) = file.keys().find(|k| {
+            !matches!(
+                k.as_str(),
+                "models" | "local" | "workers" | "lease_seconds" | "daily_cap_usd"
+            )
+        }) {
+            return Err(ConfigError::new(
+                "TOLLGATE_CONFIG",
+                format!("unknown setting {k:?}; known: models, local, workers, lease_seconds, daily_cap_usd"),
+            ));
+        }
+        let models = crate::providers::config::parse(&file, &get)?;
+        // A file's value stands where the environment sets none.
+        let from_file = |key: &str| -> Option<String> {
+            file.get(key).map(|v| match v {
+                toml::Value::String(s) => s.clone(),
+                other => other.to_string(),
+            })
+        };
+        let non_empty = |k: &str| {
+            non_empty(k).or_else(|| match k {
+                "TOLLGATE_WORKERS" => from_file("workers"),
+                "TOLLGATE_LEASE_SECONDS" => from_file("lease_seconds"),
+                "TOLLGATE_DAILY_CAP_USD" => from_file("daily_cap_usd"),
+                _ => None,
+            })
+        };
+
         let secure_cookies = match non_empty("TOLLGATE_SECURE_COOKIES").as_deref() {
             None => non_empty("TOLLGATE_PUBLIC_URL").is_some_and(|u| u.starts_with("https://")),
             Some("true" | "1") => true,
@@ -169,16 +200,18 @@ impl Config {
         let logins_per_address_per_minute =
             per_minute("TOLLGATE_LOGINS_PER_ADDRESS_PER_MINUTE", 20)?;
 
+        // Runs in flight at once on this node: each waits on its provider
+        // without a thread, so thousands are cheap.
         let workers = match non_empty("TOLLGATE_WORKERS") {
-            None => 2,
+            None => 16,
             Some(v) => v
                 .parse::<usize>()
                 .ok()
-                .filter(|n| (1..=256).contains(n))
+                .filter(|n| (1..=100_000).contains(n))
                 .ok_or_else(|| {
                     ConfigError::new(
                         "TOLLGATE_WORKERS",
-                        format!("{v:?} is not a number from 1 to 256"),
+                        format!("{v:?} is not a number from 1 to 100000"),
                     )
                 })?,
         };
@@ -223,6 +256,7 @@ impl Config {
             lease_s,
             daily_cap_usd,
             site_root,
+            models,
         })
     }
 }

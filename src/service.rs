@@ -18,6 +18,8 @@ struct Inner {
     objects: ObjectStore,
     catalogue: Catalogue,
     config: Config,
+    local: crate::providers::local::LocalProvider,
+    http: crate::providers::http::HttpProvider,
     login_limits: LoginLimits,
     /// Wakes idle workers when a job is queued. It carries nothing: the
     /// database is the truth, and the sweeper rings anyway (rule 4).
@@ -36,7 +38,11 @@ impl Tollgate {
             inner: Arc::new(Inner {
                 store,
                 objects,
-                catalogue: Catalogue::builtin(),
+                catalogue: config.models.catalogue(),
+                local: crate::providers::local::LocalProvider {
+                    faults: config.models.faults.clone(),
+                },
+                http: crate::providers::http::HttpProvider::new(),
                 config,
                 login_limits,
                 doorbell: Arc::new(tokio::sync::Notify::new()),
@@ -76,6 +82,22 @@ impl Tollgate {
     /// and a charge.
     pub fn catalogue(&self) -> &Catalogue {
         &self.inner.catalogue
+    }
+
+    /// The models that may be called and the runner's policy for each.
+    pub fn models(&self) -> &crate::providers::config::Models {
+        &self.inner.config.models
+    }
+
+    /// The provider that serves a model.
+    pub fn provider(
+        &self,
+        model: &crate::providers::config::ModelSpec,
+    ) -> &dyn crate::providers::Provider {
+        match model.provider {
+            crate::providers::config::ProviderKind::Local => &self.inner.local,
+            crate::providers::config::ProviderKind::Http => &self.inner.http,
+        }
     }
 
     pub fn claim_conflicts(&self) -> u64 {

@@ -12,11 +12,13 @@ use crate::Tollgate;
 use chrono::{Duration as ChronoDuration, Utc};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{watch, Notify};
-use tokio::task::JoinHandle;
+use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::task::{JoinHandle, JoinSet};
 
-/// How often an idle worker looks for work even without a doorbell.
+/// How often an idle node looks for work even without a doorbell.
 const IDLE_POLL: Duration = Duration::from_secs(1);
+/// Jobs claimed in one conditional update at most.
+const CLAIM_BATCH: usize = 32;
 
 /// Running workers; `shutdown` stops them claiming and gives back what they hold.
 pub struct EngineHandle {
@@ -33,19 +35,31 @@ impl EngineHandle {
     }
 }
 
-/// Starts `workers` workers and the sweeper on this node.
+/// Starts this node's dispatcher (at most `workers` runs in flight), its
+/// heartbeat, its sweeper and, on PostgreSQL, its doorbell listener.
 pub fn start(tollgate: Tollgate, workers: usize) -> EngineHandle {
     let (stop, stopped) = watch::channel(false);
-    let node = format!("{}-{}", hostname(), std::process::id());
+    // Unique per start: a restarted process must not inherit the leases
+    // (and heartbeat the jobs) of the one that died.
+    let node = format!(
+        "{}-{}-{}",
+        hostname(),
+        std::process::id(),
+        &uuid::Uuid::new_v4().simple().to_string()[..8]
+    );
     let mut tasks = Vec::new();
-    for n in 0..workers.max(1) {
-        let worker = Worker {
-            tollgate: tollgate.clone(),
-            id: format!("{node}/w{n}"),
-            stopped: stopped.clone(),
-        };
-        tasks.push(tokio::spawn(worker.run()));
-    }
+    tasks.push(tokio::spawn(dispatch(
+        tollgate.clone(),
+        node.clone(),
+        workers.max(1),
+        stopped.clone(),
+    )));
+    tasks.push(tokio::spawn(heartbeat(
+        tollgate.clone(),
+        node,
+        stopped.clone(),
+    )));
+    tasks.push(tokio::spawn(listen(tollgate.clone(), stopped.clone())));
     let sweeper = tollgate.clone();
     let mut sweeper_stop = stopped.clone();
     tasks.push(tokio::spawn(async move {
@@ -57,7 +71,7 @@ pub fn start(tollgate: Tollgate, workers: usize) -> EngineHandle {
         loop {
             tokio::select! {
                 _ = tick.tick() => {
-                    sweeper.doorbell().notify_waiters();
+                    sweeper.doorbell().notify_one();
                     sweep_holds(&sweeper).await;
                 }
                 _ = sweeper_stop.changed() => break,
@@ -65,6 +79,150 @@ pub fn start(tollgate: Tollgate, workers: usize) -> EngineHandle {
         }
     }));
     EngineHandle { stop, tasks }
+}
+
+/// Claims in batches up to the free run slots and runs each claim as its
+/// own task; a run waiting on a provider holds a slot, not a thread.
+async fn dispatch(t: Tollgate, node: String, workers: usize, mut stopped: watch::Receiver<bool>) {
+    let slots = Arc::new(Semaphore::new(workers));
+    let bell: Arc<Notify> = t.doorbell();
+    let mut runs = JoinSet::new();
+    loop {
+        while runs.try_join_next().is_some() {}
+        if *stopped.borrow() {
+            break;
+        }
+        let free = slots.available_permits();
+        if free == 0 {
+            tokio::select! {
+                _ = runs.join_next() => {}
+                _ = stopped.changed() => {}
+            }
+            continue;
+        }
+        let n = free.min(CLAIM_BATCH);
+        let now = Utc::now();
+        let until = now + ChronoDuration::seconds(t.config().lease_s);
+        match t.store().claim_jobs(&node, n as i64, until, now).await {
+            Ok(claims) if !claims.is_empty() => {
+                let full = claims.len() == n;
+                for claim in claims {
+                    let Ok(permit) = slots.clone().acquire_owned().await else {
+                        break;
+                    };
+                    runs.spawn(run_claim(t.clone(), claim, stopped.clone(), permit));
+                }
+                if full {
+                    continue;
+                }
+            }
+            Ok(_) => {
+                tokio::select! {
+                    _ = bell.notified() => {}
+                    _ = tokio::time::sleep(IDLE_POLL) => {}
+                    _ = stopped.changed() => {}
+                }
+            }
+            Err(e) => {
+                tracing::warn!(%node, error = %e, "claiming failed; retrying");
+                tokio::time::sleep(IDLE_POLL).await;
+            }
+        }
+    }
+    // Shutting down: runs give their jobs back at the next step or poll.
+    while runs.join_next().await.is_some() {}
+}
+
+/// One write per beat extends every lease this node holds, however many
+/// runs are in flight. A process that dies stops beating, and its leases
+/// expire for another node to claim.
+async fn heartbeat(t: Tollgate, node: String, mut stopped: watch::Receiver<bool>) {
+    let lease_s = t.config().lease_s;
+    // Three beats per lease: one lost beat does not lose the jobs.
+    let every = Duration::from_millis((lease_s as u64 * 1000 / 3).max(500));
+    let mut tick = tokio::time::interval(every);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {
+                let until = Utc::now() + ChronoDuration::seconds(lease_s);
+                if let Err(e) = t.store().heartbeat_owner(&node, until).await {
+                    tracing::warn!(%node, error = %e, "heartbeat failed");
+                }
+            }
+            _ = stopped.changed() => break,
+        }
+    }
+}
+
+/// On PostgreSQL, turns other nodes' doorbells (LISTEN/NOTIFY) into local
+/// wake-ups. A lost connection is re-made; what rang meanwhile the sweeper
+/// finds (rule 4).
+async fn listen(t: Tollgate, mut stopped: watch::Receiver<bool>) {
+    loop {
+        let mut bell = match t.store().doorbell().await {
+            Ok(Some(b)) => b,
+            Ok(None) => return,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot LISTEN for doorbells; retrying");
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_secs(5)) => continue,
+                    _ = stopped.changed() => return,
+                }
+            }
+        };
+        loop {
+            tokio::select! {
+                rung = bell.next() => match rung {
+                    Ok(_) => t.doorbell().notify_one(),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "the doorbell connection failed");
+                        break;
+                    }
+                },
+                _ = stopped.changed() => return,
+            }
+        }
+    }
+}
+
+async fn run_claim(
+    t: Tollgate,
+    claim: Claim,
+    stopped: watch::Receiver<bool>,
+    _slot: OwnedSemaphorePermit,
+) {
+    let job = claim.job.id;
+    let token = claim.token;
+    // The run is its own task so that a panic in it gives the job back
+    // instead of leaving it leased (and heartbeated) by this node.
+    let inner = {
+        let t = t.clone();
+        tokio::spawn(async move {
+            let mut stopped = stopped;
+            workflow::run(&t, &claim, &mut stopped).await
+        })
+    };
+    match inner.await {
+        Ok(Ok(())) => {}
+        Ok(Err(StoreError::StaleClaim)) => {
+            t.note_claim_conflict();
+            tracing::info!(%job, token, "run ended: the claim moved on");
+            // Cancelled under this run: nobody else will settle its hold.
+            if let Err(e) = settle_abandoned(&t, job).await {
+                tracing::warn!(%job, error = %e, "settling an abandoned hold failed");
+            }
+        }
+        Ok(Err(e)) => {
+            tracing::warn!(%job, error = %e, "run interrupted; giving the job back shortly");
+            // A pause first, so a persistent fault does not spin.
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            let _ = t.store().release_claim(job, token, Utc::now()).await;
+        }
+        Err(e) => {
+            tracing::error!(%job, error = %e, "run panicked; giving the job back");
+            let _ = t.store().release_claim(job, token, Utc::now()).await;
+        }
+    }
 }
 
 async fn sweep_holds(t: &Tollgate) {
@@ -93,19 +251,7 @@ pub async fn settle_abandoned(t: &Tollgate, job: crate::model::JobId) -> Result<
         return Ok(false);
     }
     let attempts = t.store().attempts(job).await?;
-    let cost = if attempts
-        .iter()
-        .any(|a| a.cost_usd.is_none() && a.error_class.as_deref() != Some("interrupted"))
-    {
-        None
-    } else {
-        Some(
-            attempts
-                .iter()
-                .filter_map(|a| a.cost_usd)
-                .fold(crate::model::Usd::ZERO, |s, c| s.plus(c)),
-        )
-    };
+    let cost = crate::providers::runner::spend_of(&attempts);
     t.store().settle(job, cost, Utc::now()).await
 }
 
@@ -114,88 +260,4 @@ fn hostname() -> String {
         .ok()
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "node".into())
-}
-
-struct Worker {
-    tollgate: Tollgate,
-    id: String,
-    stopped: watch::Receiver<bool>,
-}
-
-impl Worker {
-    async fn run(mut self) {
-        let bell: Arc<Notify> = self.tollgate.doorbell();
-        loop {
-            if *self.stopped.borrow() {
-                break;
-            }
-            let now = Utc::now();
-            let claimed = self
-                .tollgate
-                .store()
-                .claim_jobs(
-                    &self.id,
-                    1,
-                    now + ChronoDuration::seconds(self.tollgate.config().lease_s),
-                    now,
-                )
-                .await;
-            match claimed {
-                Ok(mut claims) if !claims.is_empty() => {
-                    let claim = claims.remove(0);
-                    self.run_claim(claim).await;
-                }
-                Ok(_) => {
-                    tokio::select! {
-                        _ = bell.notified() => {}
-                        _ = tokio::time::sleep(IDLE_POLL) => {}
-                        _ = self.stopped.changed() => {}
-                    }
-                }
-                Err(e) => {
-                    tracing::warn!(worker = %self.id, error = %e, "claiming failed; retrying");
-                    tokio::time::sleep(IDLE_POLL).await;
-                }
-            }
-        }
-    }
-
-    async fn run_claim(&mut self, claim: Claim) {
-        let job = claim.job.id;
-        let token = claim.token;
-        let store = self.tollgate.store().clone();
-        let lease_s = self.tollgate.config().lease_s;
-        // Three heartbeats per lease: one lost beat does not lose the job.
-        let every = Duration::from_millis((lease_s as u64 * 1000 / 3).max(500));
-        let beat = tokio::spawn(async move {
-            let mut tick = tokio::time::interval(every);
-            tick.tick().await;
-            loop {
-                tick.tick().await;
-                let until = Utc::now() + ChronoDuration::seconds(lease_s);
-                match store.heartbeat(job, token, until).await {
-                    Ok(true) => {}
-                    // Lost (cancelled, or reclaimed after a stall): the
-                    // run's next write is refused by its token.
-                    _ => break,
-                }
-            }
-        });
-        let result = workflow::run(&self.tollgate, &claim, &mut self.stopped).await;
-        beat.abort();
-        match result {
-            Ok(()) => {}
-            Err(StoreError::StaleClaim) => {
-                self.tollgate.note_claim_conflict();
-                tracing::info!(%job, token, "run ended: the claim moved on");
-                // Cancelled under this run: nobody else will settle its hold.
-                if let Err(e) = settle_abandoned(&self.tollgate, job).await {
-                    tracing::warn!(%job, error = %e, "settling an abandoned hold failed");
-                }
-            }
-            Err(e) => {
-                tracing::warn!(%job, error = %e, "run interrupted; the job will be retried after its lease");
-            }
-        }
-    }
 }

@@ -6,15 +6,15 @@
 //! video:      reserve, generate, store_output, settle
 //! then the terminal write (first terminal state wins; a failure refunds).
 
-use crate::model::{JobKind, JobRequest, Usd};
+use crate::model::{JobKind, JobRequest};
 use crate::providers::local;
-use crate::storage::{NewObjectMeta, ObjectKey};
-use crate::store::{AttemptOutcome, Claim, NewAttempt, Outcome, StoreError, StoreResult};
+use crate::providers::runner::{self, Generated};
+use crate::storage::ObjectKey;
+use crate::store::{Claim, NewParked, Outcome, StoreError, StoreResult};
 use crate::Tollgate;
 use chrono::Utc;
 use serde_json::{json, Value};
 use std::collections::HashMap;
-use std::time::Instant;
 use tokio::sync::watch;
 
 const IMAGE_EDIT: &[&str] = &[
@@ -27,10 +27,13 @@ const IMAGE_EDIT: &[&str] = &[
 ];
 const VIDEO: &[&str] = &["reserve", "generate", "store_output", "settle"];
 
-/// What a step produced: an output to record, or a reason the job fails.
+/// What a step produced: an output to record, a reason the job fails, a
+/// reason a person must decide, or (shutting down) nothing yet.
 enum Step {
     Done(Value),
     Fail(Value),
+    Park(NewParked),
+    Release,
 }
 
 fn fail(code: &str, message: impl Into<String>) -> Step {
@@ -67,7 +70,7 @@ pub(super) async fn run(
             store.release_claim(job.id, claim.token, Utc::now()).await?;
             return Ok(());
         }
-        match run_step(t, claim, step, &outputs).await? {
+        match run_step(t, claim, step, &outputs, stopped.clone()).await? {
             Step::Done(out) => {
                 store
                     .complete_step(job.id, claim.token, step, &out, Utc::now())
@@ -87,12 +90,22 @@ pub(super) async fn run(
                         Utc::now(),
                     )
                     .await?;
-                // Nothing more will be spent: release what is held at zero
-                // unless a paid call happened (then its cost stands).
-                let spent = outputs.get("generate").map(cost_of);
+                // Nothing more will be spent: settle what the attempts
+                // cost (zero when none was paid; the estimate stays booked
+                // when one may have been paid without a price).
+                let spent = runner::spend_of(&store.attempts(job.id).await?);
+                store.settle(job.id, spent, Utc::now()).await?;
+                return Ok(());
+            }
+            Step::Park(parked) => {
+                // The hold stays until a person decides (rule 7).
                 store
-                    .settle(job.id, spent.unwrap_or(Some(Usd::ZERO)), Utc::now())
+                    .park_claimed(job.id, claim.token, &parked, Utc::now())
                     .await?;
+                return Ok(());
+            }
+            Step::Release => {
+                store.release_claim(job.id, claim.token, Utc::now()).await?;
                 return Ok(());
             }
         }
@@ -116,12 +129,6 @@ pub(super) async fn run(
     Ok(())
 }
 
-fn cost_of(generate: &Value) -> Option<Usd> {
-    generate["cost_usd"]
-        .as_str()
-        .and_then(|c| Usd::parse(c).ok())
-}
-
 async fn object_bytes(t: &Tollgate, key: &str) -> StoreResult<Option<Vec<u8>>> {
     let key = ObjectKey::parse(key).map_err(internal)?;
     match t.objects().get(&key).await.map_err(internal)? {
@@ -142,6 +149,7 @@ async fn run_step(
     claim: &Claim,
     step: &str,
     outputs: &HashMap<String, Value>,
+    stopped: watch::Receiver<bool>,
 ) -> StoreResult<Step> {
     let job = &claim.job;
     match step {
@@ -195,7 +203,12 @@ async fn run_step(
                 Err(e) => fail("NOT_READY", e),
             })
         }
-        "generate" => generate(t, claim).await,
+        "generate" => Ok(match runner::generate(t, claim, stopped).await? {
+            Generated::Stored(out) => Step::Done(out),
+            Generated::Failed(error) => Step::Fail(error),
+            Generated::Parked(p) => Step::Park(p),
+            Generated::Released => Step::Release,
+        }),
         "store_output" => {
             let generated = &outputs["generate"];
             let key = ObjectKey::parse(generated["key"].as_str().unwrap_or_default())
@@ -245,7 +258,7 @@ async fn run_step(
             }))
         }
         "settle" => {
-            let cost = cost_of(&outputs["generate"]);
+            let cost = runner::spend_of(&t.store().attempts(job.id).await?);
             t.store().settle(job.id, cost, Utc::now()).await?;
             Ok(Step::Done(
                 json!({"usd": cost.unwrap_or(job.estimated_usd), "priced": cost.is_some()}),
@@ -253,159 +266,4 @@ async fn run_step(
         }
         other => Err(internal(format!("unknown step {other}"))),
     }
-}
-
-/// Rule 8 then rule 7: an output already stored by this job means no new
-/// call; another job's is a conflict. Otherwise the attempt is written down
-/// before the (local) provider runs, and its outcome and cost after.
-async fn generate(t: &Tollgate, claim: &Claim) -> StoreResult<Step> {
-    let job = &claim.job;
-    let (extension, content_type, model) = match &job.request {
-        JobRequest::ImageEdit(_) => ("png", "image/png", t.catalogue().edit_model.id.clone()),
-        JobRequest::Video(v) => ("gif", "image/gif", v.model.clone()),
-    };
-    let key = ObjectKey::parse(&format!("outputs/{}.{extension}", job.id)).map_err(internal)?;
-    let written_by = format!("job:{}", job.id);
-    let previous = t.store().attempts(job.id).await?;
-    if let Some(meta) = t.objects().head(&key).await.map_err(internal)? {
-        if meta.written_by != written_by {
-            return Ok(fail(
-                "OUTPUT_KEY_CONFLICT",
-                "Another job's output is stored where this one's belongs.",
-            ));
-        }
-        // The output exists, so the latest attempt did its work even if its
-        // run died before saying so: record it (local work is priced from
-        // the rate card) and make no new call (rule 8).
-        let mut cost = previous
-            .iter()
-            .rev()
-            .find(|a| a.state == "succeeded")
-            .and_then(|a| a.cost_usd);
-        if let Some(open) = previous.iter().rev().find(|a| a.state == "submitting") {
-            let recovered = AttemptOutcome {
-                state: "succeeded",
-                provider_job_id: None,
-                error_class: None,
-                error: None,
-                duration_ms: 0,
-                usage: Some(json!({"recovered": true})),
-                cost_usd: Some(job.estimated_usd),
-                cost_source: Some("derived"),
-                finished_at: Utc::now(),
-            };
-            t.store().end_attempt(open.id, &recovered).await?;
-            cost = cost.or(Some(job.estimated_usd));
-        }
-        return Ok(Step::Done(
-            json!({"key": key.as_str(), "content_type": content_type, "reused": true, "cost_usd": cost}),
-        ));
-    }
-    // An attempt a dead run left `submitting` stays on record: the local
-    // provider runs in-process, so it died with its run and cost nothing
-    // outside; it is closed as interrupted (unpriced), never silently reused.
-    for stale in previous.iter().filter(|a| a.state == "submitting") {
-        let interrupted = AttemptOutcome {
-            state: "failed",
-            provider_job_id: None,
-            error_class: Some("interrupted".into()),
-            error: Some("the run that made this attempt stopped before it finished".into()),
-            duration_ms: 0,
-            usage: None,
-            cost_usd: None,
-            cost_source: None,
-            finished_at: Utc::now(),
-        };
-        t.store().end_attempt(stale.id, &interrupted).await?;
-    }
-    let attempt_no = previous.len() as i32 + 1;
-    let attempt = NewAttempt {
-        id: uuid::Uuid::new_v4(),
-        job_id: job.id,
-        provider: "local".into(),
-        model,
-        attempt_no,
-        idempotency_key: format!("{}:{attempt_no}", job.id),
-        started_at: Utc::now(),
-    };
-    t.store().begin_attempt(&attempt, claim.token).await?;
-    let started = Instant::now();
-    let rendered = match job.request.clone() {
-        JobRequest::ImageEdit(edit) => {
-            let photo = asset_bytes(t, edit.source).await?;
-            let mask = match edit.target.mask {
-                Some(m) => asset_bytes(t, m).await?,
-                None => None,
-            };
-            tokio::task::spawn_blocking(move || {
-                let img = local::decode(&photo.ok_or("the photo is gone")?)?;
-                let region = local::region(&img, edit.target.kind, mask.as_deref())?;
-                local::encode_png(&local::render(&img, &region, &edit.style, edit.strength))
-            })
-            .await
-            .map_err(internal)?
-        }
-        JobRequest::Video(v) => {
-            tokio::task::spawn_blocking(move || local::clip(&v.prompt, v.duration_s, v.resolution))
-                .await
-                .map_err(internal)?
-        }
-    };
-    let duration_ms = started.elapsed().as_millis() as i64;
-    let bytes = match rendered {
-        Ok(b) => b,
-        Err(e) => {
-            let outcome = AttemptOutcome {
-                state: "failed",
-                provider_job_id: None,
-                error_class: Some("invalid_input".into()),
-                error: Some(e.clone()),
-                duration_ms,
-                usage: None,
-                cost_usd: None,
-                cost_source: None,
-                finished_at: Utc::now(),
-            };
-            t.store().end_attempt(attempt.id, &outcome).await?;
-            return Ok(fail("GENERATION_FAILED", e));
-        }
-    };
-    let size = bytes.len();
-    let meta = NewObjectMeta {
-        written_by: written_by.clone(),
-        provider: Some("local".into()),
-        content_type: content_type.into(),
-    };
-    match t
-        .objects()
-        .put_if_absent(&key, bytes.into(), &meta)
-        .await
-        .map_err(internal)?
-    {
-        crate::storage::PutOutcome::Created => {}
-        crate::storage::PutOutcome::Exists(m) if m.written_by == written_by => {}
-        crate::storage::PutOutcome::Exists(_) => {
-            return Ok(fail(
-                "OUTPUT_KEY_CONFLICT",
-                "Another job's output is stored where this one's belongs.",
-            ));
-        }
-    }
-    // Local work is priced from the rate card: the job's estimate.
-    let cost = job.estimated_usd;
-    let outcome = AttemptOutcome {
-        state: "succeeded",
-        provider_job_id: None,
-        error_class: None,
-        error: None,
-        duration_ms,
-        usage: Some(json!({"bytes": size})),
-        cost_usd: Some(cost),
-        cost_source: Some("derived"),
-        finished_at: Utc::now(),
-    };
-    t.store().end_attempt(attempt.id, &outcome).await?;
-    Ok(Step::Done(
-        json!({"key": key.as_str(), "content_type": content_type, "attempt": attempt_no, "cost_usd": cost}),
-    ))
 }

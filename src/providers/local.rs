@@ -6,9 +6,146 @@
 //! GIF of the requested duration and resolution. Readiness and review are
 //! measurements, not guesses.
 
-use crate::model::{Resolution, Strength, TargetKind};
+use super::config::{LocalFaults, ModelSpec};
+use super::{Cost, ErrorClass, Finished, Input, Output, Poll, Provider, ProviderError, Submission};
+use crate::model::{JobRequest, Resolution, Strength, TargetKind};
 use image::{imageops, GrayImage, ImageFormat, Luma, Rgb, RgbImage};
+use rand::Rng;
 use std::io::Cursor;
+use std::time::Duration;
+
+/// The local provider, with the faults its configuration injects.
+#[derive(Clone, Debug, Default)]
+pub struct LocalProvider {
+    pub faults: LocalFaults,
+}
+
+impl LocalProvider {
+    /// Which injected fault, if any, this call suffers (one roll per call).
+    fn roll(&self) -> Option<ErrorClass> {
+        let f = &self.faults;
+        let x: f64 = rand::thread_rng().gen();
+        let mut edge = 0.0;
+        for (rate, class) in [
+            (f.rate_limit_rate, ErrorClass::RateLimited),
+            (f.failure_rate, ErrorClass::Failed),
+            (f.refusal_rate, ErrorClass::Refused),
+            (f.drop_after_accept_rate, ErrorClass::Uncertain),
+        ] {
+            edge += rate;
+            if x < edge {
+                return Some(class);
+            }
+        }
+        None
+    }
+}
+
+fn render_input(input: Input) -> Result<(Vec<u8>, &'static str), String> {
+    match input.request {
+        JobRequest::ImageEdit(edit) => {
+            let img = decode(&input.photo.ok_or("the photo is gone")?)?;
+            let region = region(&img, edit.target.kind, input.mask.as_deref())?;
+            Ok((
+                encode_png(&render(&img, &region, &edit.style, edit.strength))?,
+                "image/png",
+            ))
+        }
+        JobRequest::Video(v) => Ok((clip(&v.prompt, v.duration_s, v.resolution)?, "image/gif")),
+    }
+}
+
+#[async_trait::async_trait]
+impl Provider for LocalProvider {
+    async fn submit(
+        &self,
+        _model: &ModelSpec,
+        input: &Input,
+        _key: &str,
+    ) -> Result<Submission, ProviderError> {
+        if self.faults.latency_ms > 0 {
+            tokio::time::sleep(Duration::from_millis(self.faults.latency_ms)).await;
+        }
+        let rate_card = Cost::Derived(input.rate_card_usd);
+        match self.roll() {
+            Some(ErrorClass::RateLimited) => {
+                let mut e = ProviderError::new(
+                    ErrorClass::RateLimited,
+                    "injected fault: rate limited",
+                    Cost::Nothing,
+                );
+                e.retry_after = Some(Duration::from_secs(1));
+                return Err(e);
+            }
+            Some(ErrorClass::Uncertain) => {
+                // The work was accepted (and would be charged); the answer is lost.
+                return Err(ProviderError::new(
+                    ErrorClass::Uncertain,
+                    "injected fault: accepted, then the answer was dropped",
+                    Cost::Unknown,
+                ));
+            }
+            Some(class) => {
+                return Err(ProviderError::new(
+                    class,
+                    format!("injected fault: {}", class.as_str()),
+                    rate_card,
+                ))
+            }
+            None => {}
+        }
+        let input = input.clone();
+        let rendered = tokio::task::spawn_blocking(move || render_input(input))
+            .await
+            .map_err(|e| ProviderError::new(ErrorClass::Failed, e.to_string(), Cost::Nothing))?;
+        let (bytes, content_type) =
+            rendered.map_err(|e| ProviderError::new(ErrorClass::InvalidInput, e, Cost::Nothing))?;
+        let unpriced = rand::thread_rng().gen::<f64>() < self.faults.unpriced_rate;
+        Ok(Submission::Finished(Finished {
+            usage: serde_json::json!({"bytes": bytes.len()}),
+            output: Output::Bytes {
+                bytes,
+                content_type: content_type.into(),
+            },
+            cost: if unpriced { Cost::Unknown } else { rate_card },
+        }))
+    }
+
+    async fn poll(&self, _model: &ModelSpec, _id: &str) -> Result<Poll, ProviderError> {
+        // Local work finishes inside `submit`; there is nothing to poll.
+        Ok(Poll::Failed(ProviderError::new(
+            ErrorClass::Failed,
+            "the local provider keeps no predictions",
+            Cost::Unknown,
+        )))
+    }
+
+    async fn lookup(
+        &self,
+        _model: &ModelSpec,
+        _key: &str,
+    ) -> Result<Option<String>, ProviderError> {
+        Ok(None)
+    }
+
+    async fn fetch(
+        &self,
+        _model: &ModelSpec,
+        output: &Output,
+    ) -> Result<(Vec<u8>, String), ProviderError> {
+        match output {
+            Output::Bytes {
+                bytes,
+                content_type,
+            } => Ok((bytes.clone(), content_type.clone())),
+            Output::Url(_) => Err(ProviderError::new(
+                ErrorClass::Failed,
+                "the local provider has no URLs",
+                Cost::Nothing,
+            )),
+        }
+    }
+}
 
 /// Longest side an edit is rendered at (keeps a CPU edit to a second or two).
 pub const EDIT_SIDE_MAX: u32 = 1024;

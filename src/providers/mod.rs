@@ -1,6 +1,163 @@
-//! Paid model providers. For now this holds the mock provider server that
-//! tests and benchmarks call over HTTP; the `Provider` trait, the attempt
-//! runner and the `local` and `http` providers arrive with execution.
+//! Paid model providers: the `Provider` trait (submit with our idempotency
+//! key, poll, look up by key, fetch the output), its `local` and `http`
+//! implementations, the attempt runner that owns retries and fallback, the
+//! model configuration, and the mock provider server tests call over HTTP.
 
+pub mod config;
+pub mod http;
 pub mod local;
 pub mod mock;
+pub mod runner;
+
+use crate::model::Usd;
+use config::ModelSpec;
+use serde_json::Value;
+use std::time::Duration;
+
+/// Why a call did not produce an output. The runner decides what to do
+/// next from the class alone (DESIGN.md, Providers).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorClass {
+    /// Credentials refused: stops the chain.
+    Auth,
+    /// The provider rejected the input: stops the chain.
+    InvalidInput,
+    /// The prediction was cancelled: stops the chain.
+    Cancelled,
+    /// 429: back off (honouring `Retry-After`) and retry the same model.
+    RateLimited,
+    /// A poll or download timed out: nothing was sent that could be paid.
+    Timeout,
+    /// A content refusal: the same model's remaining attempts first.
+    Refused,
+    /// The prediction ran and failed.
+    Failed,
+    /// 503 or unreachable; nothing was created.
+    Unavailable,
+    /// The request may have been accepted, and no answer came (a dropped
+    /// connection or a timeout after sending): the uncertainty window.
+    Uncertain,
+}
+
+impl ErrorClass {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorClass::Auth => "auth",
+            ErrorClass::InvalidInput => "invalid_input",
+            ErrorClass::Cancelled => "cancelled",
+            ErrorClass::RateLimited => "rate_limited",
+            ErrorClass::Timeout => "timeout",
+            ErrorClass::Refused => "refused",
+            ErrorClass::Failed => "failed",
+            ErrorClass::Unavailable => "unavailable",
+            ErrorClass::Uncertain => "uncertain",
+        }
+    }
+}
+
+/// What a call cost, as far as anyone knows. `Unknown` is stored as NULL
+/// and shown as unpriced: never as zero.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cost {
+    /// Nothing was created, so nothing was charged (a 429, 401, 422, 503).
+    Nothing,
+    /// The provider said what it charged.
+    Quoted(Usd),
+    /// Worked out from units and the rate card.
+    Derived(Usd),
+    /// Nobody could price it.
+    Unknown,
+}
+
+impl Cost {
+    /// The stored pair: `(cost_usd, cost_source)`.
+    pub fn stored(self) -> (Option<Usd>, Option<&'static str>) {
+        match self {
+            Cost::Nothing => (Some(Usd::ZERO), Some("derived")),
+            Cost::Quoted(u) => (Some(u), Some("quoted")),
+            Cost::Derived(u) => (Some(u), Some("derived")),
+            Cost::Unknown => (None, None),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct ProviderError {
+    pub class: ErrorClass,
+    pub message: String,
+    /// From a `Retry-After` header.
+    pub retry_after: Option<Duration>,
+    pub cost: Cost,
+}
+
+impl ProviderError {
+    pub fn new(class: ErrorClass, message: impl Into<String>, cost: Cost) -> ProviderError {
+        ProviderError {
+            class,
+            message: message.into(),
+            retry_after: None,
+            cost,
+        }
+    }
+}
+
+/// Where a finished prediction's output is.
+#[derive(Clone, Debug)]
+pub enum Output {
+    Bytes {
+        bytes: Vec<u8>,
+        content_type: String,
+    },
+    Url(String),
+}
+
+#[derive(Clone, Debug)]
+pub struct Finished {
+    pub output: Output,
+    pub cost: Cost,
+    pub usage: Value,
+}
+
+pub enum Submission {
+    /// Done in the call (the local provider).
+    Finished(Finished),
+    /// Accepted: poll this id.
+    Accepted { provider_job_id: String },
+}
+
+pub enum Poll {
+    Pending,
+    Succeeded(Finished),
+    Failed(ProviderError),
+}
+
+/// What the runner hands a provider.
+#[derive(Clone, Debug)]
+pub struct Input {
+    pub request: crate::model::JobRequest,
+    pub photo: Option<Vec<u8>>,
+    pub mask: Option<Vec<u8>>,
+    /// What the rate card says this job costs (the job's estimate).
+    pub rate_card_usd: Usd,
+}
+
+/// Anything that turns a request into an output for money.
+#[async_trait::async_trait]
+pub trait Provider: Send + Sync {
+    /// Sends the request under our idempotency key.
+    async fn submit(
+        &self,
+        model: &ModelSpec,
+        input: &Input,
+        key: &str,
+    ) -> Result<Submission, ProviderError>;
+    async fn poll(&self, model: &ModelSpec, provider_job_id: &str) -> Result<Poll, ProviderError>;
+    /// The prediction made under our key, if the provider can say.
+    async fn lookup(&self, model: &ModelSpec, key: &str) -> Result<Option<String>, ProviderError>;
+    /// The output's bytes and content type.
+    async fn fetch(
+        &self,
+        model: &ModelSpec,
+        output: &Output,
+    ) -> Result<(Vec<u8>, String), ProviderError>;
+}

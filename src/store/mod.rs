@@ -13,10 +13,11 @@ mod sqlite;
 mod sqlite_exec;
 mod sqlite_jobs;
 
+pub use postgres_exec::PgDoorbell;
 pub use records::{
     ApiToken, Asset, Attempt, AttemptOutcome, BudgetDay, Claim, Job, JobCursor, JobEvent,
     JobFilter, LedgerEntry, MetricsSnapshot, NewApiToken, NewAsset, NewAttempt, NewJob,
-    NewLedgerEntry, NewUser, Outcome, StepRecord, Submitted, User,
+    NewLedgerEntry, NewParked, NewUser, Outcome, Parked, ParkedStage, StepRecord, Submitted, User,
 };
 pub use sessions::SessionBackend;
 
@@ -338,6 +339,63 @@ impl Store {
         lease_until: DateTime<Utc>,
     ) -> StoreResult<bool> {
         dispatch!(self, s => s.heartbeat(job, token, lease_until).await)
+    }
+
+    /// Extends the lease of every job this node's runs hold: one write per
+    /// beat however many jobs are in flight. Returns how many were extended.
+    pub async fn heartbeat_owner(
+        &self,
+        owner: &str,
+        lease_until: DateTime<Utc>,
+    ) -> StoreResult<u64> {
+        dispatch!(self, s => s.heartbeat_owner(owner, lease_until).await)
+    }
+
+    /// Rule 7: the provider accepted the attempt under this id; a resumed
+    /// run polls it and never submits it again.
+    pub async fn attempt_submitted(
+        &self,
+        id: uuid::Uuid,
+        job: JobId,
+        provider_job_id: &str,
+        at: DateTime<Utc>,
+    ) -> StoreResult<()> {
+        dispatch!(self, s => s.attempt_submitted(id, job, provider_job_id, at).await)
+    }
+
+    /// Parks a held job for a person's decision, with its evidence, in one
+    /// transaction with the token check; its budget hold stays.
+    pub async fn park_claimed(
+        &self,
+        job: JobId,
+        token: i64,
+        parked: &NewParked,
+        at: DateTime<Utc>,
+    ) -> StoreResult<Parked> {
+        dispatch!(self, s => s.park_claimed(job, token, parked, at).await)
+    }
+
+    /// Parked records, newest first: open ones, optionally of one stage.
+    pub async fn list_parked(
+        &self,
+        stage: Option<ParkedStage>,
+        limit: i64,
+    ) -> StoreResult<Vec<Parked>> {
+        dispatch!(self, s => s.list_parked(stage, limit).await)
+    }
+
+    /// The job's open parked record, if it has one.
+    pub async fn parked_for_job(&self, job: JobId) -> StoreResult<Option<Parked>> {
+        dispatch!(self, s => s.parked_for_job(job).await)
+    }
+
+    /// On PostgreSQL, a listener for the doorbells every node rings when a
+    /// job is queued (LISTEN/NOTIFY); SQLite is one node and has none.
+    pub async fn doorbell(&self) -> StoreResult<Option<PgDoorbell>> {
+        match self {
+            Store::Sqlite(_) => Ok(None),
+            Store::Postgres(p) => Ok(Some(p.doorbell().await?)),
+        }
     }
 
     /// Gives a held job back to the queue (graceful shutdown).

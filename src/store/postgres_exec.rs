@@ -56,6 +56,60 @@ async fn holds(conn: &mut PgConnection, job: JobId, token: i64) -> StoreResult<b
     Ok(held.is_some())
 }
 
+/// The LISTEN/NOTIFY channel that carries queued job ids between nodes.
+pub const JOBS_CHANNEL: &str = "tollgate_jobs";
+
+/// Rule 4: a doorbell carrying only the id, sent when the transaction commits.
+pub(super) async fn ring(conn: &mut PgConnection, job: JobId) -> StoreResult<()> {
+    sqlx::query("SELECT pg_notify($1, $2)")
+        .bind(JOBS_CHANNEL)
+        .bind(job.0.to_string())
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+/// Hears the doorbells other nodes ring (its own connection, LISTENing).
+pub struct PgDoorbell(sqlx::postgres::PgListener);
+
+impl PgDoorbell {
+    /// The next rung job id. A dropped connection is re-established by
+    /// sqlx; whatever rang meanwhile is found by the sweeper.
+    pub async fn next(&mut self) -> StoreResult<Option<JobId>> {
+        let n = self.0.recv().await?;
+        Ok(n.payload().parse::<uuid::Uuid>().ok().map(JobId))
+    }
+}
+
+impl PgStore {
+    pub async fn doorbell(&self) -> StoreResult<PgDoorbell> {
+        let mut l = sqlx::postgres::PgListener::connect_with(&self.pool).await?;
+        l.listen(JOBS_CHANNEL).await?;
+        Ok(PgDoorbell(l))
+    }
+}
+
+fn parked_from_row(r: &PgRow) -> StoreResult<Parked> {
+    let evidence: String = r.try_get("evidence")?;
+    let stage: String = r.try_get("stage")?;
+    let hold: Option<rust_decimal::Decimal> = r.try_get("hold_usd")?;
+    Ok(Parked {
+        id: r.try_get("id")?,
+        job_id: JobId(r.try_get("job_id")?),
+        stage: ParkedStage::parse(&stage)
+            .ok_or_else(|| StoreError::Corrupt(format!("parked stage {stage}")))?,
+        open: r.try_get::<String, _>("state")? == "open",
+        evidence: serde_json::from_str(&evidence)
+            .map_err(|e| StoreError::Corrupt(e.to_string()))?,
+        provider: r.try_get("provider")?,
+        model: r.try_get("model")?,
+        provider_job_id: r.try_get("provider_job_id")?,
+        attempt_id: r.try_get("attempt_id")?,
+        hold_usd: hold.map(Usd::new),
+        created_at: r.try_get("created_at")?,
+    })
+}
+
 fn attempt_from_row(r: &PgRow) -> StoreResult<Attempt> {
     let usage: Option<String> = r.try_get("usage")?;
     let cost: Option<rust_decimal::Decimal> = r.try_get("cost_usd")?;
@@ -146,6 +200,132 @@ impl PgStore {
         Ok(r.rows_affected() == 1)
     }
 
+    pub async fn heartbeat_owner(
+        &self,
+        owner: &str,
+        lease_until: DateTime<Utc>,
+    ) -> StoreResult<u64> {
+        let r = sqlx::query(
+            "UPDATE jobs SET lease_expires_at = $1 WHERE lease_owner = $2 AND status = 'running'",
+        )
+        .bind(lease_until)
+        .bind(owner)
+        .execute(&self.pool)
+        .await?;
+        Ok(r.rows_affected())
+    }
+
+    pub async fn attempt_submitted(
+        &self,
+        id: uuid::Uuid,
+        job: JobId,
+        provider_job_id: &str,
+        at: DateTime<Utc>,
+    ) -> StoreResult<()> {
+        let mut tx = self.pool.begin().await?;
+        let r = sqlx::query(
+            "UPDATE attempts SET state = 'submitted', provider_job_id = $1 \
+             WHERE id = $2 AND state = 'submitting'",
+        )
+        .bind(provider_job_id)
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
+        if r.rows_affected() == 1 {
+            let detail = serde_json::json!({"provider_job_id": provider_job_id});
+            event(&mut tx, job, "submitted", detail, at).await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub async fn park_claimed(
+        &self,
+        job: JobId,
+        token: i64,
+        p: &NewParked,
+        at: DateTime<Utc>,
+    ) -> StoreResult<Parked> {
+        let mut tx = self.pool.begin().await?;
+        let r = sqlx::query(
+            "UPDATE jobs SET status = 'parked', lease_owner = NULL, lease_expires_at = NULL \
+             WHERE id = $1 AND fencing_token = $2 AND status = 'running'",
+        )
+        .bind(job.0)
+        .bind(token)
+        .execute(&mut *tx)
+        .await?;
+        if r.rows_affected() != 1 {
+            return Err(StoreError::StaleClaim);
+        }
+        let hold: Option<rust_decimal::Decimal> = sqlx::query_scalar(
+            "SELECT amount_usd FROM reservations WHERE job_id = $1 AND state = 'held'",
+        )
+        .bind(job.0)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let id = uuid::Uuid::new_v4();
+        sqlx::query(
+            "INSERT INTO parked (id, job_id, stage, evidence, provider, model, provider_job_id, attempt_id, hold_usd, created_at) \
+             VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7, $8, $9, $10)",
+        )
+        .bind(id)
+        .bind(job.0)
+        .bind(p.stage.as_str())
+        .bind(p.evidence.to_string())
+        .bind(&p.provider)
+        .bind(&p.model)
+        .bind(&p.provider_job_id)
+        .bind(p.attempt_id)
+        .bind(hold)
+        .bind(at)
+        .execute(&mut *tx)
+        .await?;
+        let detail = serde_json::json!({"stage": p.stage.as_str(), "evidence": p.evidence, "provider_job_id": p.provider_job_id});
+        event(&mut tx, job, "parked", detail, at).await?;
+        tx.commit().await?;
+        Ok(Parked {
+            id,
+            job_id: job,
+            stage: p.stage,
+            open: true,
+            evidence: p.evidence.clone(),
+            provider: p.provider.clone(),
+            model: p.model.clone(),
+            provider_job_id: p.provider_job_id.clone(),
+            attempt_id: p.attempt_id,
+            hold_usd: hold.map(Usd::new),
+            created_at: at,
+        })
+    }
+
+    pub async fn list_parked(
+        &self,
+        stage: Option<ParkedStage>,
+        limit: i64,
+    ) -> StoreResult<Vec<Parked>> {
+        let rows = sqlx::query(
+            "SELECT id, job_id, stage, state, evidence::text AS evidence, provider, model, provider_job_id, attempt_id, hold_usd, created_at \
+             FROM parked WHERE state = 'open' AND ($1::text IS NULL OR stage = $1) ORDER BY created_at DESC LIMIT $2",
+        )
+        .bind(stage.map(|s| s.as_str()))
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(parked_from_row).collect()
+    }
+
+    pub async fn parked_for_job(&self, job: JobId) -> StoreResult<Option<Parked>> {
+        let row = sqlx::query(
+            "SELECT id, job_id, stage, state, evidence::text AS evidence, provider, model, provider_job_id, attempt_id, hold_usd, created_at \
+             FROM parked WHERE job_id = $1 AND state = 'open'",
+        )
+        .bind(job.0)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(parked_from_row).transpose()
+    }
+
     pub async fn release_claim(
         &self,
         job: JobId,
@@ -170,6 +350,7 @@ impl PgStore {
                 at,
             )
             .await?;
+            ring(&mut tx, job).await?;
         }
         tx.commit().await?;
         Ok(r.rows_affected() == 1)

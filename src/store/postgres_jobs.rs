@@ -203,6 +203,8 @@ impl PgStore {
         let detail =
             serde_json::json!({ "credits": new.credits, "estimated_usd": new.estimated_usd });
         event(&mut tx, new.id, "created", detail, new.created_at).await?;
+        // A doorbell for workers on every node; delivered only on commit.
+        super::postgres_exec::ring(&mut tx, new.id).await?;
         tx.commit().await?;
         Ok(Submitted::Created(job))
     }

@@ -236,3 +236,66 @@ pub struct MetricsSnapshot {
     pub reservations_held: i64,
     pub reserved_usd: Usd,
 }
+
+/// Where parked work stands (rule 12's stages).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ParkedStage {
+    /// A request may have been accepted; no answer.
+    SubmissionUncertain,
+    /// A provider job id exists; status checks ran out.
+    PollingExhausted,
+    /// The output exists at the provider; storing it failed.
+    DeliveryExhausted,
+    /// The provider said it failed.
+    GenerationFailed,
+}
+
+impl ParkedStage {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ParkedStage::SubmissionUncertain => "submission_uncertain",
+            ParkedStage::PollingExhausted => "polling_exhausted",
+            ParkedStage::DeliveryExhausted => "delivery_exhausted",
+            ParkedStage::GenerationFailed => "generation_failed",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<ParkedStage> {
+        [
+            ParkedStage::SubmissionUncertain,
+            ParkedStage::PollingExhausted,
+            ParkedStage::DeliveryExhausted,
+            ParkedStage::GenerationFailed,
+        ]
+        .into_iter()
+        .find(|p| p.as_str() == s)
+    }
+}
+
+/// What a run records when it parks a job.
+#[derive(Clone, Debug)]
+pub struct NewParked {
+    pub stage: ParkedStage,
+    pub evidence: serde_json::Value,
+    pub provider: Option<String>,
+    pub model: Option<String>,
+    pub provider_job_id: Option<String>,
+    pub attempt_id: Option<uuid::Uuid>,
+}
+
+/// A parked record, with the hold it keeps.
+#[derive(Clone, Debug, Serialize)]
+pub struct Parked {
+    pub id: uuid::Uuid,
+    pub job_id: JobId,
+    pub stage: ParkedStage,
+    pub open: bool,
+    pub evidence: serde_json::Value,
+    pub provider: Option<String>,
+    pub model: Option<String>,
+    pub provider_job_id: Option<String>,
+    pub attempt_id: Option<uuid::Uuid>,
+    pub hold_usd: Option<Usd>,
+    pub created_at: DateTime<Utc>,
+}

@@ -76,6 +76,26 @@ fn attempt_from_row(r: &SqliteRow) -> StoreResult<Attempt> {
     })
 }
 
+fn parked_from_row(r: &SqliteRow) -> StoreResult<Parked> {
+    let evidence: String = r.try_get("evidence")?;
+    let stage: String = r.try_get("stage")?;
+    let hold: Option<String> = r.try_get("hold_usd")?;
+    Ok(Parked {
+        id: r.try_get("id")?,
+        job_id: JobId(r.try_get("job_id")?),
+        stage: ParkedStage::parse(&stage)
+            .ok_or_else(|| corrupt(format!("parked stage {stage}")))?,
+        open: r.try_get::<String, _>("state")? == "open",
+        evidence: serde_json::from_str(&evidence).map_err(corrupt)?,
+        provider: r.try_get("provider")?,
+        model: r.try_get("model")?,
+        provider_job_id: r.try_get("provider_job_id")?,
+        attempt_id: r.try_get("attempt_id")?,
+        hold_usd: hold.as_deref().map(usd).transpose()?,
+        created_at: r.try_get("created_at")?,
+    })
+}
+
 fn day_from_row(r: &SqliteRow) -> StoreResult<BudgetDay> {
     Ok(BudgetDay {
         day: r.try_get("day")?,
@@ -139,6 +159,133 @@ impl SqliteStore {
             .execute(&self.writer)
             .await?;
         Ok(r.rows_affected() == 1)
+    }
+
+    pub async fn heartbeat_owner(
+        &self,
+        owner: &str,
+        lease_until: DateTime<Utc>,
+    ) -> StoreResult<u64> {
+        let r = sqlx::query(
+            "UPDATE jobs SET lease_expires_at = ? WHERE lease_owner = ? AND status = 'running'",
+        )
+        .bind(lease_until)
+        .bind(owner)
+        .execute(&self.writer)
+        .await?;
+        Ok(r.rows_affected())
+    }
+
+    pub async fn attempt_submitted(
+        &self,
+        id: uuid::Uuid,
+        job: JobId,
+        provider_job_id: &str,
+        at: DateTime<Utc>,
+    ) -> StoreResult<()> {
+        let mut tx = self.writer.begin().await?;
+        let r = sqlx::query(
+            "UPDATE attempts SET state = 'submitted', provider_job_id = ? \
+             WHERE id = ? AND state = 'submitting'",
+        )
+        .bind(provider_job_id)
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
+        if r.rows_affected() == 1 {
+            let detail = serde_json::json!({"provider_job_id": provider_job_id});
+            event(&mut tx, job, "submitted", detail, at).await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub async fn park_claimed(
+        &self,
+        job: JobId,
+        token: i64,
+        p: &NewParked,
+        at: DateTime<Utc>,
+    ) -> StoreResult<Parked> {
+        let mut tx = self.writer.begin().await?;
+        let r = sqlx::query(
+            "UPDATE jobs SET status = 'parked', lease_owner = NULL, lease_expires_at = NULL \
+             WHERE id = ? AND fencing_token = ? AND status = 'running'",
+        )
+        .bind(job.0)
+        .bind(token)
+        .execute(&mut *tx)
+        .await?;
+        if r.rows_affected() != 1 {
+            return Err(StoreError::StaleClaim);
+        }
+        let hold: Option<String> = sqlx::query_scalar(
+            "SELECT amount_usd FROM reservations WHERE job_id = ? AND state = 'held'",
+        )
+        .bind(job.0)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let id = uuid::Uuid::new_v4();
+        sqlx::query(
+            "INSERT INTO parked (id, job_id, stage, evidence, provider, model, provider_job_id, attempt_id, hold_usd, created_at) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(id)
+        .bind(job.0)
+        .bind(p.stage.as_str())
+        .bind(p.evidence.to_string())
+        .bind(&p.provider)
+        .bind(&p.model)
+        .bind(&p.provider_job_id)
+        .bind(p.attempt_id)
+        .bind(&hold)
+        .bind(at)
+        .execute(&mut *tx)
+        .await?;
+        let detail = serde_json::json!({"stage": p.stage.as_str(), "evidence": p.evidence, "provider_job_id": p.provider_job_id});
+        event(&mut tx, job, "parked", detail, at).await?;
+        tx.commit().await?;
+        Ok(Parked {
+            id,
+            job_id: job,
+            stage: p.stage,
+            open: true,
+            evidence: p.evidence.clone(),
+            provider: p.provider.clone(),
+            model: p.model.clone(),
+            provider_job_id: p.provider_job_id.clone(),
+            attempt_id: p.attempt_id,
+            hold_usd: hold.as_deref().map(usd).transpose()?,
+            created_at: at,
+        })
+    }
+
+    pub async fn list_parked(
+        &self,
+        stage: Option<ParkedStage>,
+        limit: i64,
+    ) -> StoreResult<Vec<Parked>> {
+        let rows = sqlx::query(
+            "SELECT id, job_id, stage, state, evidence, provider, model, provider_job_id, attempt_id, hold_usd, created_at \
+             FROM parked WHERE state = 'open' AND (? IS NULL OR stage = ?) ORDER BY created_at DESC LIMIT ?",
+        )
+        .bind(stage.map(|s| s.as_str()))
+        .bind(stage.map(|s| s.as_str()))
+        .bind(limit)
+        .fetch_all(&self.reader)
+        .await?;
+        rows.iter().map(parked_from_row).collect()
+    }
+
+    pub async fn parked_for_job(&self, job: JobId) -> StoreResult<Option<Parked>> {
+        let row = sqlx::query(
+            "SELECT id, job_id, stage, state, evidence, provider, model, provider_job_id, attempt_id, hold_usd, created_at \
+             FROM parked WHERE job_id = ? AND state = 'open'",
+        )
+        .bind(job.0)
+        .fetch_optional(&self.reader)
+        .await?;
+        row.as_ref().map(parked_from_row).transpose()
     }
 
     pub async fn release_claim(

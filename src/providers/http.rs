@@ -1,0 +1,323 @@
+//! The `http` provider: a client for async prediction APIs (API.md, "The
+//! mock provider"): submit with `Idempotency-Key`, poll, look up by key,
+//! `Retry-After`, quoted cost. It classifies every answer; what to do about
+//! it is the runner's business.
+
+use super::config::ModelSpec;
+use super::{Cost, ErrorClass, Finished, Input, Output, Poll, Provider, ProviderError, Submission};
+use crate::model::{JobRequest, Usd};
+use base64::Engine;
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+use std::time::Duration;
+
+/// Outputs larger than this are refused (a bound on what we download).
+const OUTPUT_BYTES_MAX: usize = 256 * 1024 * 1024;
+
+#[derive(Clone)]
+pub struct HttpProvider {
+    client: reqwest::Client,
+}
+
+impl Default for HttpProvider {
+    fn default() -> Self {
+        HttpProvider::new()
+    }
+}
+
+impl HttpProvider {
+    pub fn new() -> HttpProvider {
+        HttpProvider {
+            client: reqwest::Client::builder()
+                .pool_idle_timeout(Duration::from_secs(30))
+                .build()
+                .unwrap_or_default(),
+        }
+    }
+
+    fn request(
+        &self,
+        model: &ModelSpec,
+        method: reqwest::Method,
+        path: &str,
+    ) -> reqwest::RequestBuilder {
+        let base = model.endpoint.as_deref().unwrap_or_default();
+        let mut r = self
+            .client
+            .request(method, format!("{base}{path}"))
+            .timeout(model.request_timeout);
+        if let Some(key) = &model.api_key {
+            r = r.bearer_auth(key);
+        }
+        r
+    }
+}
+
+fn data_uri(bytes: &[u8]) -> String {
+    let kind = match bytes {
+        [0x89, b'P', b'N', b'G', ..] => "image/png",
+        [0xFF, 0xD8, ..] => "image/jpeg",
+        _ => "image/webp",
+    };
+    format!(
+        "data:{kind};base64,{}",
+        base64::engine::general_purpose::STANDARD.encode(bytes)
+    )
+}
+
+/// The provider's `input`: the request's settings as labelled data, images
+/// as data URIs. User text is a field, never an instruction.
+fn input_json(input: &Input) -> Value {
+    match &input.request {
+        JobRequest::ImageEdit(e) => json!({
+            "task": "image_edit",
+            "image": input.photo.as_deref().map(data_uri),
+            "mask": input.mask.as_deref().map(data_uri),
+            "target": {"kind": e.target.kind.as_str(), "description": e.target.description},
+            "style": e.style,
+            "strength": e.strength.as_str(),
+        }),
+        JobRequest::Video(v) => json!({
+            "task": "video",
+            "prompt": v.prompt,
+            "duration_s": v.duration_s,
+            "resolution": v.resolution.as_str(),
+            "image": input.photo.as_deref().map(data_uri),
+        }),
+    }
+}
+
+fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    let v = headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?;
+    let secs: f64 = v.trim().parse().ok()?;
+    (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs.min(3600.0)))
+}
+
+async fn error_message(r: reqwest::Response) -> String {
+    let status = r.status();
+    let body: Value = r.json().await.unwrap_or(Value::Null);
+    let message = body["error"]["message"]
+        .as_str()
+        .or(body["error"].as_str())
+        .unwrap_or("no message");
+    format!("{status}: {message}")
+}
+
+/// What an answer to a submit or a poll that was not 2xx means.
+async fn classify(r: reqwest::Response, on_submit: bool) -> ProviderError {
+    let status = r.status();
+    let after = retry_after(r.headers());
+    let message = error_message(r).await;
+    let class = match status {
+        StatusCode::TOO_MANY_REQUESTS => ErrorClass::RateLimited,
+        StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => ErrorClass::Auth,
+        StatusCode::BAD_REQUEST | StatusCode::UNPROCESSABLE_ENTITY => ErrorClass::InvalidInput,
+        StatusCode::SERVICE_UNAVAILABLE => ErrorClass::Unavailable,
+        // A gateway error after a submit may hide an accepted request.
+        s if s.is_server_error() && on_submit => ErrorClass::Uncertain,
+        s if s.is_server_error() => ErrorClass::Timeout,
+        _ if on_submit => ErrorClass::InvalidInput,
+        _ => ErrorClass::Timeout,
+    };
+    let cost = if class == ErrorClass::Uncertain {
+        Cost::Unknown
+    } else {
+        Cost::Nothing
+    };
+    ProviderError {
+        class,
+        message,
+        retry_after: after,
+        cost,
+    }
+}
+
+fn cost_of(v: &Value) -> Cost {
+    match v["cost_usd"].as_str().map(Usd::parse) {
+        Some(Ok(u)) => Cost::Quoted(u),
+        _ => Cost::Unknown,
+    }
+}
+
+#[async_trait::async_trait]
+impl Provider for HttpProvider {
+    async fn submit(
+        &self,
+        model: &ModelSpec,
+        input: &Input,
+        key: &str,
+    ) -> Result<Submission, ProviderError> {
+        let sent = self
+            .request(model, reqwest::Method::POST, "/v1/predictions")
+            .header("Idempotency-Key", key)
+            .json(&json!({"model": model.remote_model, "input": input_json(input)}))
+            .send()
+            .await;
+        let r = match sent {
+            Ok(r) => r,
+            // Refused before anything was sent: nothing can have been created.
+            Err(e) if e.is_connect() => {
+                return Err(ProviderError::new(
+                    ErrorClass::Unavailable,
+                    format!("cannot connect: {e}"),
+                    Cost::Nothing,
+                ))
+            }
+            // Sent, and no answer: it may have been accepted.
+            Err(e) => {
+                return Err(ProviderError::new(
+                    ErrorClass::Uncertain,
+                    format!("no answer to the submission: {e}"),
+                    Cost::Unknown,
+                ))
+            }
+        };
+        if !r.status().is_success() {
+            return Err(classify(r, true).await);
+        }
+        let body: Value = r.json().await.map_err(|e| {
+            ProviderError::new(
+                ErrorClass::Uncertain,
+                format!("the submission's answer was unreadable: {e}"),
+                Cost::Unknown,
+            )
+        })?;
+        match body["id"].as_str() {
+            Some(id) if !id.is_empty() => Ok(Submission::Accepted {
+                provider_job_id: id.to_string(),
+            }),
+            _ => Err(ProviderError::new(
+                ErrorClass::Uncertain,
+                "the submission's answer named no prediction",
+                Cost::Unknown,
+            )),
+        }
+    }
+
+    async fn poll(&self, model: &ModelSpec, provider_job_id: &str) -> Result<Poll, ProviderError> {
+        // The id goes into a path: only plain ids are accepted.
+        if provider_job_id.is_empty()
+            || provider_job_id.len() > 200
+            || !provider_job_id
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        {
+            return Ok(Poll::Failed(ProviderError::new(
+                ErrorClass::Failed,
+                format!("the provider's prediction id {provider_job_id:?} is not usable"),
+                Cost::Unknown,
+            )));
+        }
+        let path = format!("/v1/predictions/{provider_job_id}");
+        let r = self
+            .request(model, reqwest::Method::GET, &path)
+            .send()
+            .await
+            .map_err(|e| ProviderError::new(ErrorClass::Timeout, e.to_string(), Cost::Nothing))?;
+        if !r.status().is_success() {
+            return Err(classify(r, false).await);
+        }
+        let v: Value = r
+            .json()
+            .await
+            .map_err(|e| ProviderError::new(ErrorClass::Timeout, e.to_string(), Cost::Nothing))?;
+        let usage = json!({"predict_time": v["metrics"]["predict_time"]});
+        Ok(match v["status"].as_str() {
+            Some("succeeded") => match v["output"].as_str() {
+                Some(url) => Poll::Succeeded(Finished {
+                    output: Output::Url(url.to_string()),
+                    cost: cost_of(&v),
+                    usage,
+                }),
+                None => Poll::Failed(ProviderError::new(
+                    ErrorClass::Failed,
+                    "the provider reported success without an output",
+                    cost_of(&v),
+                )),
+            },
+            Some("failed") => {
+                let code = v["error"]["code"].as_str().unwrap_or_default();
+                let message = v["error"]["message"]
+                    .as_str()
+                    .unwrap_or("the prediction failed")
+                    .to_string();
+                let class = if code.contains("refus") || code.contains("content") {
+                    ErrorClass::Refused
+                } else {
+                    ErrorClass::Failed
+                };
+                Poll::Failed(ProviderError::new(class, message, cost_of(&v)))
+            }
+            Some("canceled" | "cancelled") => Poll::Failed(ProviderError::new(
+                ErrorClass::Cancelled,
+                "the provider cancelled the prediction",
+                cost_of(&v),
+            )),
+            _ => Poll::Pending,
+        })
+    }
+
+    async fn lookup(&self, model: &ModelSpec, key: &str) -> Result<Option<String>, ProviderError> {
+        let r = self
+            .request(model, reqwest::Method::GET, "/v1/predictions")
+            .query(&[("idempotency_key", key)])
+            .send()
+            .await
+            .map_err(|e| ProviderError::new(ErrorClass::Timeout, e.to_string(), Cost::Nothing))?;
+        if r.status() == StatusCode::NOT_FOUND {
+            return Ok(None);
+        }
+        if !r.status().is_success() {
+            return Err(classify(r, false).await);
+        }
+        let v: Value = r
+            .json()
+            .await
+            .map_err(|e| ProviderError::new(ErrorClass::Timeout, e.to_string(), Cost::Nothing))?;
+        Ok(v["id"].as_str().map(str::to_string))
+    }
+
+    async fn fetch(
+        &self,
+        model: &ModelSpec,
+        output: &Output,
+    ) -> Result<(Vec<u8>, String), ProviderError> {
+        let url = match output {
+            Output::Bytes {
+                bytes,
+                content_type,
+            } => return Ok((bytes.clone(), content_type.clone())),
+            Output::Url(u) => u,
+        };
+        let timeout = |e: reqwest::Error| {
+            ProviderError::new(ErrorClass::Timeout, format!("output: {e}"), Cost::Nothing)
+        };
+        let request = if url.starts_with("http://") || url.starts_with("https://") {
+            self.client.get(url).timeout(model.request_timeout)
+        } else {
+            self.request(model, reqwest::Method::GET, url)
+        };
+        let mut r = request.send().await.map_err(timeout)?;
+        if !r.status().is_success() {
+            return Err(classify(r, false).await);
+        }
+        let content_type = r
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("application/octet-stream")
+            .to_string();
+        let mut bytes = Vec::new();
+        while let Some(chunk) = r.chunk().await.map_err(timeout)? {
+            if bytes.len() + chunk.len() > OUTPUT_BYTES_MAX {
+                return Err(ProviderError::new(
+                    ErrorClass::Failed,
+                    "the output is larger than 256 MiB",
+                    Cost::Nothing,
+                ));
+            }
+            bytes.extend_from_slice(&chunk);
+        }
+        Ok((bytes, content_type))
+    }
+}
