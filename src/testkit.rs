@@ -71,6 +71,15 @@ impl TestDb {
         self.tollgate.store()
     }
 
+    /// Re-opens the engine over the same database and objects with a
+    /// `TOLLGATE_CONFIG` file holding `toml` (models, faults, caps).
+    pub async fn with_config(mut self, toml: &str) -> TestDb {
+        let path = self.dir.join("tollgate.toml");
+        std::fs::write(&path, toml).expect("writing the test configuration");
+        self.tollgate = open_with(&self.url, &self.dir.join("objects"), Some(&path)).await;
+        self
+    }
+
     /// Serves the `/v1` API (with sessions) on 127.0.0.1 and a free port;
     /// returns its base URL. The server lives as long as the runtime.
     pub async fn serve_api(&self) -> String {
@@ -94,8 +103,17 @@ impl Drop for TestDb {
 }
 
 async fn open(url: &str, objects: &std::path::Path) -> Tollgate {
+    open_with(url, objects, None).await
+}
+
+async fn open_with(
+    url: &str,
+    objects: &std::path::Path,
+    config_file: Option<&std::path::Path>,
+) -> Tollgate {
     let site = std::env::temp_dir().join("tollgate-test-site");
     let config = Config::from_lookup(|k| match k {
+        "TOLLGATE_CONFIG" => config_file.map(|p| p.display().to_string()),
         "TOLLGATE_DATABASE_URL" => Some(url.to_string()),
         "TOLLGATE_LISTEN" => Some("127.0.0.1:0".into()),
         "TOLLGATE_SITE_ROOT" => Some(site.display().to_string()),

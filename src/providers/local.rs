@@ -486,6 +486,19 @@ pub fn render(photo: &RgbImage, region: &GrayImage, style: &str, strength: Stren
 
 /// The check after: did the selection change, and did nothing else?
 pub fn review(photo: &RgbImage, output: &RgbImage, region: &GrayImage) -> Review {
+    // A provider may answer at another size: compare at the photo's.
+    let resized;
+    let output = if output.dimensions() == photo.dimensions() {
+        output
+    } else {
+        resized = imageops::resize(
+            output,
+            photo.width(),
+            photo.height(),
+            imageops::FilterType::Triangle,
+        );
+        &resized
+    };
     let (mut inside, mut n_in, mut outside, mut n_out) = (0f64, 0f64, 0f64, 0f64);
     for (x, y, p) in photo.enumerate_pixels() {
         let d = dist(p, output.get_pixel(x, y));
