@@ -22,14 +22,22 @@ fn free_port() -> u16 {
 
 /// Starts `tollgate serve` on the test's database and folder; waits for /healthz.
 async fn serve(db: &TestDb) -> Child {
+    serve_with(db, None).await
+}
+
+async fn serve_with(db: &TestDb, config: Option<&std::path::Path>) -> Child {
     let port = free_port();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_tollgate"));
+    if let Some(c) = config {
+        command.env("TOLLGATE_CONFIG", c);
+    }
+    let mut child = command
         .arg("serve")
         .env("TOLLGATE_DATABASE_URL", &db.url)
         .env("TOLLGATE_LISTEN", format!("127.0.0.1:{port}"))
         .env("TOLLGATE_STORAGE", db.dir.join("objects"))
         .env("TOLLGATE_SITE_ROOT", db.dir.join("site"))
-        .env("TOLLGATE_WORKERS", "2")
+        .env("TOLLGATE_WORKERS", "8")
         .env("TOLLGATE_LEASE_SECONDS", "2")
         .env("TOLLGATE_LOG", "warn")
         .stdout(Stdio::null())
@@ -70,7 +78,11 @@ fn photo() -> Vec<u8> {
     out.into_inner()
 }
 
-both_backends!(sigkill_mid_flight_then_restart);
+both_backends!(
+    sigkill_mid_flight_then_restart,
+    sigkill_mid_call_with_provider_idempotency_pays_each_key_once,
+    sigkill_mid_call_without_idempotency_parks_instead_of_resending,
+);
 
 async fn sigkill_mid_flight_then_restart(db: TestDb) {
     let t = &db.tollgate;
@@ -218,4 +230,244 @@ async fn sigkill_mid_flight_then_restart(db: TestDb) {
         .unwrap();
     assert_eq!(day.reserved_usd, Usd::ZERO);
     assert_eq!(day.used_usd, spent_usd);
+}
+
+/// The mock provider as its own process: it outlives every Tollgate we kill.
+struct MockProcess {
+    child: Child,
+    base: String,
+}
+
+impl Drop for MockProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `tollgate-mock-provider` is the engine crate's binary, built beside ours
+/// by `cargo test --workspace` (scripts/test).
+async fn mock_provider(idempotency: bool, latency_ms: u64) -> MockProcess {
+    let ours = std::path::PathBuf::from(env!("CARGO_BIN_EXE_tollgate"));
+    let binary = ours.with_file_name("tollgate-mock-provider");
+    assert!(
+        binary.exists(),
+        "{} is missing: build it with cargo build -p tollgate --bin tollgate-mock-provider",
+        binary.display()
+    );
+    let port = free_port();
+    let child = Command::new(binary)
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .args(["--idempotency", if idempotency { "on" } else { "off" }])
+        .args(["--lookup", "off"])
+        .args(["--latency-ms", &latency_ms.to_string()])
+        .args(["--price-usd", "0.10"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("starting tollgate-mock-provider");
+    let mock = MockProcess {
+        child,
+        base: format!("http://127.0.0.1:{port}"),
+    };
+    let http = reqwest::Client::new();
+    for _ in 0..200 {
+        if http
+            .get(format!("{}/_mock/stats", mock.base))
+            .send()
+            .await
+            .is_ok()
+        {
+            return mock;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the mock provider did not come up");
+}
+
+async fn sigkill_mid_call_with_provider_idempotency_pays_each_key_once(db: TestDb) {
+    sigkill_mid_call(db, true).await;
+}
+
+async fn sigkill_mid_call_without_idempotency_parks_instead_of_resending(db: TestDb) {
+    sigkill_mid_call(db, false).await;
+}
+
+/// Tollgate is killed while requests to the provider are unanswered (the
+/// provider "hangs" them: `submitting`) and others are accepted and being
+/// polled (`submitted`). After a restart: accepted ones are polled, never
+/// re-sent; unanswered ones are re-sent under the same key only when the
+/// model declares idempotency, and otherwise parked.
+async fn sigkill_mid_call(db: TestDb, idempotency: bool) {
+    let mock = mock_provider(idempotency, 1500).await;
+    let config = db.dir.join("models.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[models]]\nid = \"mock-edit\"\nkind = \"image_edit\"\nprovider = \"http\"\n\
+             endpoint = \"{}\"\nprice = {{ per_generation = \"0.05\" }}\nattempts = 3\n\
+             on_uncertain = \"park\"\ndefault = true\nidempotency = {idempotency}\n\
+             poll_ms = 100\ntimeout_ms = 60000\n",
+            mock.base
+        ),
+    )
+    .unwrap();
+    let db = db
+        .with_config(&std::fs::read_to_string(&config).unwrap())
+        .await;
+    let t = &db.tollgate;
+    let u = t
+        .add_user("u@example.com", Role::User, "correct horse battery")
+        .await
+        .unwrap();
+    t.grant_credits(None, u.id, Credits(1_000), None, None)
+        .await
+        .unwrap();
+    let source = t
+        .upload_asset(&u, Some("image/png"), photo().into())
+        .await
+        .unwrap();
+    let http = reqwest::Client::new();
+    // Four of the first seven submissions are never answered.
+    http.post(format!("{}/_mock/script", mock.base))
+        .json(&json!({"next": ["hang", "ok", "hang", "ok", "hang", "ok", "hang"]}))
+        .send()
+        .await
+        .unwrap();
+    let mut ids: Vec<JobId> = Vec::new();
+    for i in 0..16 {
+        let body = json!({"kind": "image_edit", "source": source.id, "target": {"kind": "pet"},
+                          "style": "embroidery", "strength": "balanced"});
+        ids.push(
+            t.submit_job(&u, Some(&format!("crash-{i}")), &body)
+                .await
+                .unwrap()
+                .job
+                .id,
+        );
+    }
+
+    let mut first = serve_with(&db, Some(&config)).await;
+    // Kill once the four hung requests are in flight, some accepted ones too.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (mut submitting, mut submitted) = (0, 0);
+        for id in &ids {
+            for a in db.store().attempts(*id).await.unwrap() {
+                match a.state.as_str() {
+                    "submitting" => submitting += 1,
+                    "submitted" => submitted += 1,
+                    _ => {}
+                }
+            }
+        }
+        if (submitting >= 4 && submitted >= 1) || Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    first.kill().expect("SIGKILL");
+    first.wait().unwrap();
+    let mut open_at_kill = 0;
+    for id in &ids {
+        open_at_kill += db
+            .store()
+            .attempts(*id)
+            .await
+            .unwrap()
+            .iter()
+            .filter(|a| a.state == "submitting")
+            .count();
+    }
+    assert!(open_at_kill >= 4, "the kill came too late to test anything");
+
+    let mut second = serve_with(&db, Some(&config)).await;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let jobs = loop {
+        let mut jobs = Vec::new();
+        for id in &ids {
+            jobs.push(db.store().job(*id).await.unwrap().unwrap());
+        }
+        let settled =
+            |j: &tollgate::store::Job| j.status.is_terminal() || j.status == JobStatus::Parked;
+        if jobs.iter().all(settled) || Instant::now() > deadline {
+            break jobs;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    second.kill().ok();
+    second.wait().ok();
+
+    let stats: serde_json::Value = http
+        .get(format!("{}/_mock/stats", mock.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    // No key was ever paid twice.
+    for (key, n) in stats["by_idempotency_key"].as_object().unwrap() {
+        assert_eq!(n, 1, "key {key} was paid {n} times");
+    }
+    let mut kept_credits = 0;
+    let mut held = Usd::ZERO;
+    let mut parked = 0;
+    for job in &jobs {
+        let attempts = db.store().attempts(job.id).await.unwrap();
+        match job.status {
+            JobStatus::Succeeded => {
+                kept_credits += job.credits.get();
+                assert_eq!(
+                    attempts.iter().filter(|a| a.state == "succeeded").count(),
+                    1,
+                    "{attempts:?}"
+                );
+            }
+            JobStatus::Parked => {
+                assert!(!idempotency, "with idempotency every job can finish");
+                parked += 1;
+                kept_credits += job.credits.get();
+                held = held.plus(job.estimated_usd);
+                // Parked on the attempt nobody answered; it was not re-sent.
+                let p = db.store().parked_for_job(job.id).await.unwrap().unwrap();
+                assert_eq!(p.stage, tollgate::store::ParkedStage::SubmissionUncertain);
+                let open: Vec<_> = attempts
+                    .iter()
+                    .filter(|a| a.state == "submitting")
+                    .collect();
+                assert_eq!(open.len(), 1);
+                assert!(
+                    stats["by_idempotency_key"][&open[0].idempotency_key]
+                        .as_u64()
+                        .unwrap_or(0)
+                        <= 1
+                );
+            }
+            other => panic!("job {} ended {other:?}: {:?}", job.id, job.error),
+        }
+    }
+    if !idempotency {
+        assert!(parked >= 4, "the unanswered requests park ({parked})");
+    }
+    // The ledger matches the outcomes: parked jobs stay charged until a decision.
+    let balance = t.user(u.id).await.unwrap().balance;
+    assert_eq!(balance, Credits(1_000 - kept_credits));
+    assert_eq!(db.store().ledger_sum(u.id).await.unwrap(), balance);
+    // No reservation is left unsettled but the holds parked jobs keep.
+    let day = db
+        .store()
+        .budget_day(chrono::Utc::now().date_naive(), Usd::parse("50").unwrap())
+        .await
+        .unwrap();
+    assert_eq!(day.reserved_usd, held);
+    // What the day booked is exactly what the finished jobs' attempts were
+    // quoted; a parked job's possibly-paid call stays a hold, not spend.
+    let mut quoted = Usd::ZERO;
+    for job in jobs.iter().filter(|j| j.status == JobStatus::Succeeded) {
+        for a in db.store().attempts(job.id).await.unwrap() {
+            quoted = quoted.plus(a.cost_usd.expect("the mock quotes every call"));
+        }
+    }
+    assert_eq!(day.used_usd, quoted);
 }
