@@ -551,13 +551,12 @@ async fn a_shutdown_mid_poll_resumes_the_same_prediction(db: TestDb) {
 }
 
 async fn local_faults_show_the_rules_on_a_laptop(db: TestDb) {
-    let u;
     // Every call is accepted and its answer lost: the local provider
     // cannot be asked, so the job parks.
     let db = db
         .with_config("[local.faults]\ndrop_after_accept_rate = 1.0\n")
         .await;
-    u = person(&db).await;
+    let u = person(&db).await;
     let id = edit(&db, &u, "drop").await;
     assert_eq!(run_until_settled(&db, id).await.status, JobStatus::Parked);
 

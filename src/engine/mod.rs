@@ -197,10 +197,11 @@ async fn run_claim(
     // instead of leaving it leased (and heartbeated) by this node.
     let inner = {
         let t = t.clone();
-        tokio::spawn(async move {
+        let fut = async move {
             let mut stopped = stopped;
             workflow::run(&t, &claim, &mut stopped).await
-        })
+        };
+        tokio::spawn(fut)
     };
     match inner.await {
         Ok(Ok(())) => {}

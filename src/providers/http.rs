@@ -30,6 +30,9 @@ impl HttpProvider {
         HttpProvider {
             client: reqwest::Client::builder()
                 .pool_idle_timeout(Duration::from_secs(30))
+                // Thousands of runs wait on predictions at once; a bounded
+                // pool keeps memory flat instead of a socket per run.
+                .pool_max_idle_per_host(64)
                 .build()
                 .unwrap_or_default(),
         }

@@ -92,7 +92,6 @@ struct Run<'a> {
     stopped: watch::Receiver<bool>,
     key: ObjectKey,
     written_by: String,
-    input: Option<Input>,
 }
 
 pub async fn generate(
@@ -107,7 +106,6 @@ pub async fn generate(
         stopped,
         key: output_key(job.id)?,
         written_by: format!("job:{}", job.id),
-        input: None,
     };
     let first = match &job.request {
         JobRequest::ImageEdit(_) => t.models().default_for(JobKind::ImageEdit).id.clone(),
@@ -204,10 +202,9 @@ impl Run<'_> {
         self.t.store().end_attempt(id, &outcome).await
     }
 
-    async fn input(&mut self) -> StoreResult<Input> {
-        if let Some(i) = &self.input {
-            return Ok(i.clone());
-        }
+    /// The request with its images, loaded for each send and dropped after:
+    /// a run that waits on a provider does not keep the photo in memory.
+    async fn input(&self) -> StoreResult<Input> {
         let job = &self.claim.job;
         let (photo, mask) = match &job.request {
             JobRequest::ImageEdit(e) => (
@@ -216,14 +213,12 @@ impl Run<'_> {
             ),
             JobRequest::Video(v) => (asset_bytes(self.t, v.source).await?, None),
         };
-        let input = Input {
+        Ok(Input {
             request: job.request.clone(),
             photo,
             mask,
             rate_card_usd: job.estimated_usd,
-        };
-        self.input = Some(input.clone());
-        Ok(input)
+        })
     }
 
     /// Sleeps, unless the node stops first (then true).
@@ -429,13 +424,14 @@ impl Run<'_> {
         let mut delays = backoff(spec);
         if spec.idempotency {
             // The provider deduplicates: the same key cannot be paid twice.
-            let input = self.input().await?;
             for _ in 0..RECOVERY_TRIES {
-                match self
+                let input = self.input().await?;
+                let sent = self
                     .provider(spec)
                     .submit(spec, &input, &a.idempotency_key)
-                    .await
-                {
+                    .await;
+                drop(input);
+                match sent {
                     Ok(Submission::Accepted { provider_job_id }) => {
                         self.t
                             .store()
@@ -609,11 +605,12 @@ impl Run<'_> {
                 };
                 used += 1;
                 let started = Instant::now();
-                let attempted = match self
+                let sent = self
                     .provider(spec)
                     .submit(spec, &input, &a.idempotency_key)
-                    .await
-                {
+                    .await;
+                drop(input);
+                let attempted = match sent {
                     Ok(Submission::Finished(f)) => Attempted::Succeeded(f),
                     Ok(Submission::Accepted { provider_job_id }) => {
                         self.t

@@ -201,31 +201,31 @@ impl ObjectStore {
         meta: &NewObjectMeta,
     ) -> Result<PutOutcome, StorageError> {
         match self {
-            ObjectStore::Fs(s) => s.put_if_absent(key, bytes, meta).await,
-            ObjectStore::S3(s) => s.put_if_absent(key, bytes, meta).await,
+            ObjectStore::Fs(s) => Box::pin(s.put_if_absent(key, bytes, meta)).await,
+            ObjectStore::S3(s) => Box::pin(s.put_if_absent(key, bytes, meta)).await,
         }
     }
 
     pub async fn head(&self, key: &ObjectKey) -> Result<Option<ObjectMeta>, StorageError> {
         match self {
-            ObjectStore::Fs(s) => s.head(key).await,
-            ObjectStore::S3(s) => s.head(key).await,
+            ObjectStore::Fs(s) => Box::pin(s.head(key)).await,
+            ObjectStore::S3(s) => Box::pin(s.head(key)).await,
         }
     }
 
     /// The object's metadata and a stream of its bytes, or `None`.
     pub async fn get(&self, key: &ObjectKey) -> Result<Option<ObjectBody>, StorageError> {
         match self {
-            ObjectStore::Fs(s) => s.get(key).await,
-            ObjectStore::S3(s) => s.get(key).await,
+            ObjectStore::Fs(s) => Box::pin(s.get(key)).await,
+            ObjectStore::S3(s) => Box::pin(s.get(key)).await,
         }
     }
 
     /// Removes the object; removing a missing key is not an error.
     pub async fn delete(&self, key: &ObjectKey) -> Result<(), StorageError> {
         match self {
-            ObjectStore::Fs(s) => s.delete(key).await,
-            ObjectStore::S3(s) => s.delete(key).await,
+            ObjectStore::Fs(s) => Box::pin(s.delete(key)).await,
+            ObjectStore::S3(s) => Box::pin(s.delete(key)).await,
         }
     }
 
@@ -233,8 +233,8 @@ impl ObjectStore {
     /// with these credentials.
     pub async fn ping(&self) -> Result<(), StorageError> {
         match self {
-            ObjectStore::Fs(s) => s.ping().await,
-            ObjectStore::S3(s) => s.ping().await,
+            ObjectStore::Fs(s) => Box::pin(s.ping()).await,
+            ObjectStore::S3(s) => Box::pin(s.ping()).await,
         }
     }
 }

@@ -89,11 +89,14 @@ pub enum Store {
     Postgres(postgres::PgStore),
 }
 
+/// Calls the backend's method. The call's future is boxed: a caller that
+/// waits (a run polling a provider for a minute) then holds a pointer, not
+/// the database driver's whole state, so thousands of runs stay small.
 macro_rules! dispatch {
     ($self:ident, $s:ident => $e:expr) => {
         match $self {
-            Store::Sqlite($s) => $e,
-            Store::Postgres($s) => $e,
+            Store::Sqlite($s) => Box::pin(async { $e }).await,
+            Store::Postgres($s) => Box::pin(async { $e }).await,
         }
     };
 }
