@@ -210,9 +210,12 @@ pub struct JobRow {
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct AttemptRow {
+    pub provider: String,
     pub model: String,
     pub attempt_no: i32,
     pub state: String,
+    pub error_class: Option<String>,
+    pub provider_job_id: Option<String>,
     pub duration_ms: Option<i64>,
     /// None is unpriced (shown as such, never as zero).
     pub cost_usd: Option<String>,
@@ -231,6 +234,17 @@ pub struct JobDetail {
     pub job: JobRow,
     pub events: Vec<EventRow>,
     pub attempts: Vec<AttemptRow>,
+    /// Why the job waits for a person, when it is parked.
+    pub parked: Option<ParkedRow>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct ParkedRow {
+    pub stage: String,
+    pub reason: String,
+    pub provider_job_id: Option<String>,
+    pub hold_usd: Option<String>,
+    pub since: String,
 }
 
 /// What the New edit page needs: the catalogue (so the island prices with
@@ -328,13 +342,32 @@ pub async fn load_job_detail(id: String) -> Result<JobDetail, ServerFnError> {
     let job = t.visible_job(&p.user, id).await.map_err(fail)?;
     let events = t.job_events(&p.user, id).await.map_err(fail)?;
     let attempts = t.store().attempts(id).await.map_err(|e| fail(e.into()))?;
+    let parked = t
+        .store()
+        .parked_for_job(id)
+        .await
+        .map_err(|e| fail(e.into()))?
+        .map(|p| ParkedRow {
+            stage: p.stage.as_str().to_string(),
+            reason: p.evidence["reason"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+            provider_job_id: p.provider_job_id,
+            hold_usd: p.hold_usd.map(|h| h.to_string()),
+            since: p.created_at.format("%Y-%m-%d %H:%M:%S UTC").to_string(),
+        });
     Ok(JobDetail {
+        parked,
         attempts: attempts
             .into_iter()
             .map(|a| AttemptRow {
+                provider: a.provider,
                 model: a.model,
                 attempt_no: a.attempt_no,
                 state: a.state,
+                error_class: a.error_class,
+                provider_job_id: a.provider_job_id,
                 duration_ms: a.duration_ms,
                 cost_usd: a.cost_usd.map(|c| c.to_string()),
                 cost_source: a.cost_source,

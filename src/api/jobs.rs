@@ -149,10 +149,16 @@ pub async fn list(
             false,
         )
         .await?;
-    let mut data = Vec::with_capacity(jobs.len());
-    for j in &jobs {
-        data.push(job_json_with(j, &t.store().attempts(j.id).await?));
+    // One query for the whole page's attempts, grouped here.
+    let ids: Vec<_> = jobs.iter().map(|j| j.id).collect();
+    let mut by_job: std::collections::HashMap<_, Vec<_>> = std::collections::HashMap::new();
+    for a in t.store().attempts_of(&ids).await? {
+        by_job.entry(a.job_id).or_default().push(a);
     }
+    let data: Vec<Value> = jobs
+        .iter()
+        .map(|j| job_json_with(j, by_job.get(&j.id).map(Vec::as_slice).unwrap_or(&[])))
+        .collect();
     Ok(Json(json!({
         "data": data,
         "has_more": next.is_some(),

@@ -1,7 +1,7 @@
 //! `GET /metrics`: the Prometheus text format, built at scrape time from the
 //! database (the truth) with prometheus-client: jobs by status, attempts and
-//! spend by model (unpriced attempts counted apart), held reservations, and
-//! this node's claim conflicts.
+//! spend by model (unpriced attempts counted apart), held reservations,
+//! parked work by stage and age, and this node's claim conflicts.
 
 use crate::Tollgate;
 use axum::extract::State;
@@ -73,6 +73,27 @@ pub async fn metrics(State(t): State<Tollgate>) -> Response {
         "reserved_usd",
         "USD held by unsettled reservations",
         reserved,
+    );
+    let parked = Family::<Labels, Gauge>::default();
+    let parked_age = Family::<Labels, FloatGauge>::default();
+    let now = chrono::Utc::now();
+    for (stage, n, oldest) in &snapshot.parked {
+        let labels = vec![("stage".into(), stage.clone())];
+        parked.get_or_create(&labels).set(*n);
+        if let Some(oldest) = oldest {
+            let age = (now - *oldest).num_milliseconds() as f64 / 1000.0;
+            parked_age.get_or_create(&labels).set(age.max(0.0));
+        }
+    }
+    registry.register(
+        "parked",
+        "Jobs waiting for a reviewer's decision, by stage",
+        parked,
+    );
+    registry.register(
+        "parked_oldest_age_seconds",
+        "How long the oldest parked job of each stage has waited",
+        parked_age,
     );
     let conflicts: Gauge = Gauge::default();
     conflicts.set(t.claim_conflicts() as i64);

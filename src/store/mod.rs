@@ -467,6 +467,14 @@ impl Store {
         dispatch!(self, s => s.attempts(job).await)
     }
 
+    /// The attempts of many jobs in one query (a page of the job list).
+    pub async fn attempts_of(&self, jobs: &[JobId]) -> StoreResult<Vec<Attempt>> {
+        if jobs.is_empty() {
+            return Ok(Vec::new());
+        }
+        dispatch!(self, s => s.attempts_of(jobs).await)
+    }
+
     pub async fn budget_day(
         &self,
         day: chrono::NaiveDate,

@@ -526,6 +526,19 @@ impl PgStore {
         rows.iter().map(attempt_from_row).collect()
     }
 
+    pub async fn attempts_of(&self, jobs: &[JobId]) -> StoreResult<Vec<Attempt>> {
+        let ids: Vec<uuid::Uuid> = jobs.iter().map(|j| j.0).collect();
+        let rows = sqlx::query(
+            "SELECT id, job_id, provider, model, attempt_no, state, idempotency_key, provider_job_id, error_class, error, \
+             duration_ms, usage::text AS usage, cost_usd, cost_source, started_at FROM attempts WHERE job_id = ANY($1) \
+             ORDER BY started_at, attempt_no",
+        )
+        .bind(ids)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(attempt_from_row).collect()
+    }
+
     // ---- the daily breaker ----
 
     async fn ensure_day(
@@ -709,11 +722,17 @@ impl PgStore {
         .fetch_one(&self.pool)
         .await?;
         let reserved_usd = usd(reserved);
+        let parked = sqlx::query_as::<_, (String, i64, Option<DateTime<Utc>>)>(
+            "SELECT stage, COUNT(*), MIN(created_at) FROM parked WHERE state = 'open' GROUP BY stage",
+        )
+        .fetch_all(&self.pool)
+        .await?;
         Ok(MetricsSnapshot {
             jobs_by_status,
             attempts_by_model,
             reservations_held,
             reserved_usd,
+            parked,
         })
     }
 

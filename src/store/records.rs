@@ -235,6 +235,8 @@ pub struct MetricsSnapshot {
     pub attempts_by_model: Vec<(String, String, i64, Usd, i64)>,
     pub reservations_held: i64,
     pub reserved_usd: Usd,
+    /// Open parked records: (stage, how many, the oldest one's time).
+    pub parked: Vec<(String, i64, Option<DateTime<Utc>>)>,
 }
 
 /// Where parked work stands (rule 12's stages).

@@ -487,6 +487,23 @@ impl SqliteStore {
         rows.iter().map(attempt_from_row).collect()
     }
 
+    pub async fn attempts_of(&self, jobs: &[JobId]) -> StoreResult<Vec<Attempt>> {
+        // A page is at most a few hundred jobs: well under SQLite's limit
+        // on bound parameters.
+        let marks = vec!["?"; jobs.len()].join(", ");
+        let sql = format!(
+            "SELECT id, job_id, provider, model, attempt_no, state, idempotency_key, provider_job_id, error_class, error, \
+             duration_ms, usage, cost_usd, cost_source, started_at FROM attempts WHERE job_id IN ({marks}) \
+             ORDER BY started_at, attempt_no"
+        );
+        let mut q = sqlx::query(&sql);
+        for j in jobs {
+            q = q.bind(j.0);
+        }
+        let rows = q.fetch_all(&self.reader).await?;
+        rows.iter().map(attempt_from_row).collect()
+    }
+
     // ---- the daily breaker ----
 
     async fn ensure_day(
@@ -689,11 +706,17 @@ impl SqliteStore {
         for h in held {
             reserved_usd = reserved_usd.plus(usd(&h)?);
         }
+        let parked = sqlx::query_as::<_, (String, i64, Option<DateTime<Utc>>)>(
+            "SELECT stage, COUNT(*), MIN(created_at) FROM parked WHERE state = 'open' GROUP BY stage",
+        )
+        .fetch_all(&self.reader)
+        .await?;
         Ok(MetricsSnapshot {
             jobs_by_status,
             attempts_by_model,
             reservations_held,
             reserved_usd,
+            parked,
         })
     }
 

@@ -1,7 +1,7 @@
 //! My edits (a list with status and thumbnails) and one edit's detail.
 
 use super::LoadError;
-use crate::data::{load_job_detail, my_jobs, AttemptRow, JobDetail, JobRow};
+use crate::data::{load_job_detail, my_jobs, AttemptRow, JobDetail, JobRow, ParkedRow};
 use crate::islands::{BeforeAfter, LiveStatus};
 use leptos::prelude::*;
 use leptos_meta::Title;
@@ -116,6 +116,7 @@ fn Detail(detail: JobDetail) -> impl IntoView {
         job,
         events,
         attempts,
+        parked,
     } = detail;
     let live =
         (!job.status.is_terminal()).then(|| (job.id.clone(), job.status.as_str().to_string()));
@@ -217,6 +218,7 @@ fn Detail(detail: JobDetail) -> impl IntoView {
                     <dt>"Provider estimate"</dt>
                     <dd class="mono">{format!("${}", job.estimated_usd)}</dd>
                 </dl>
+                {parked.map(|p| view! { <ParkedNotice parked=p /> })}
                 <h2 class="card-title">"Provider attempts"</h2>
                 <AttemptList attempts=attempts />
                 <h2 class="card-title">"Timeline"</h2>
@@ -245,9 +247,11 @@ fn AttemptList(attempts: Vec<AttemptRow>) -> impl IntoView {
                 let tone = match a.state.as_str() { "succeeded" => "succeeded", "failed" => "failed", _ => "running" };
                 view! {
                 <li>
-                    <span class="mono small">{format!("#{} {}", a.attempt_no, a.model)}</span>
+                    <span class="mono small">{format!("#{} {} · {}", a.attempt_no, a.model, a.provider)}</span>
                     <span class=format!("badge status-{tone}")>{a.state}</span>
+                    {a.error_class.map(|c| view! { <span class="badge">{c.replace('_', " ")}</span> })}
                     <span class="muted small">{a.duration_ms.map(|d| format!("{d} ms")).unwrap_or_default()}</span>
+                    {a.provider_job_id.map(|id| view! { <span class="mono small muted" title="The provider's id for this call">{id}</span> })}
                     <span class="small">{match a.cost_usd {
                         Some(c) => format!("${c} ({})", a.cost_source.unwrap_or_default()),
                         None => "unpriced".to_string(),
@@ -258,4 +262,23 @@ fn AttemptList(attempts: Vec<AttemptRow>) -> impl IntoView {
         </ul>
     }
     .into_any()
+}
+
+/// A parked job: what is known, and that nothing more is spent until a
+/// person decides.
+#[component]
+fn ParkedNotice(parked: ParkedRow) -> impl IntoView {
+    let stage = parked.stage.replace('_', " ");
+    view! {
+        <div class="callout warning" data-testid="parked" role="status">
+            <strong>{format!("Waiting for a reviewer: {stage}")}</strong>
+            <p class="small">{parked.reason}</p>
+            <p class="small muted">
+                "Nothing more is spent, and nothing is sent again, until a reviewer records a decision. "
+                {parked.hold_usd.map(|h| format!("Budget held: ${h}. "))}
+                {parked.provider_job_id.map(|id| format!("Provider id: {id}. "))}
+                {format!("Since {}.", parked.since)}
+            </p>
+        </div>
+    }
 }
