@@ -152,7 +152,42 @@ both_backends!(
     an_omitted_cost_is_unpriced_not_zero,
     a_shutdown_mid_poll_resumes_the_same_prediction,
     local_faults_show_the_rules_on_a_laptop,
+    a_cancel_mid_poll_stops_the_run_and_books_the_estimate,
 );
+
+async fn a_cancel_mid_poll_stops_the_run_and_books_the_estimate(db: TestDb) {
+    let base = mock(true, true, 5000, Some("0.100000")).await;
+    let db = db.with_config(&model("m", &base, "")).await;
+    let u = person(&db).await;
+    let id = edit(&db, &u, "k").await;
+    let engine = tollgate::engine::start(db.tollgate.clone(), 1);
+    for _ in 0..200 {
+        let a = db.store().attempts(id).await.unwrap();
+        if a.first().is_some_and(|a| a.state == "submitted") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let job = db.tollgate.cancel_job(&u, id).await.unwrap();
+    assert_eq!(job.status, JobStatus::Cancelled);
+    // The run notices at its next poll and settles the hold: the call may
+    // have been paid, so the estimate is booked, not zero.
+    let mut day = held(&db).await;
+    for _ in 0..100 {
+        if day.1 == Usd::ZERO {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        day = held(&db).await;
+    }
+    engine.shutdown().await;
+    assert_eq!(day, (job.estimated_usd, Usd::ZERO));
+    assert_eq!(balance(&db, &u).await, Credits(100));
+    let a = db.store().attempts(id).await.unwrap();
+    assert_eq!((a.len(), a[0].state.as_str()), (1, "submitted"));
+    // Nothing was stored for a cancelled job.
+    assert!(db.store().job_output(id).await.unwrap().is_none());
+}
 
 async fn an_http_edit_is_paid_once_with_a_quoted_cost(db: TestDb) {
     let base = mock(true, true, 100, Some("0.120000")).await;

@@ -389,7 +389,19 @@ impl Run<'_> {
             }
             wait = every;
             match self.provider(spec).poll(spec, provider_job_id).await {
-                Ok(Poll::Pending) => {}
+                Ok(Poll::Pending) => {
+                    // Cancelled or reclaimed meanwhile: stop waiting. The
+                    // attempt stays `submitted`, its cost unknown, and the
+                    // hold is settled at the estimate (never by calling again).
+                    if !self
+                        .t
+                        .store()
+                        .claim_held(self.claim.job.id, self.claim.token)
+                        .await?
+                    {
+                        return Err(StoreError::StaleClaim);
+                    }
+                }
                 Ok(Poll::Succeeded(f)) => return Ok(Attempted::Succeeded(f)),
                 Ok(Poll::Failed(e)) => return Ok(Attempted::Failed(e)),
                 Err(e) if e.class == ErrorClass::Auth => return Ok(Attempted::Failed(e)),

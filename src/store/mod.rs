@@ -448,6 +448,12 @@ impl Store {
         dispatch!(self, s => s.job_output(job).await)
     }
 
+    /// Whether a run still holds its claim (the job is running under this
+    /// token): a long poll asks now and then, and stops when it does not.
+    pub async fn claim_held(&self, job: JobId, token: i64) -> StoreResult<bool> {
+        dispatch!(self, s => s.claim_held(job, token).await)
+    }
+
     /// Who holds a job and its current fencing token.
     pub async fn job_lease(&self, job: JobId) -> StoreResult<Option<(Option<String>, i64)>> {
         dispatch!(self, s => s.job_lease(job).await)

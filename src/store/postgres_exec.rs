@@ -450,6 +450,17 @@ impl PgStore {
             .transpose()
     }
 
+    pub async fn claim_held(&self, job: JobId, token: i64) -> StoreResult<bool> {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM jobs WHERE id = $1 AND fencing_token = $2 AND status = 'running'",
+        )
+        .bind(job.0)
+        .bind(token)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(n == 1)
+    }
+
     pub async fn job_lease(&self, job: JobId) -> StoreResult<Option<(Option<String>, i64)>> {
         let row = sqlx::query("SELECT lease_owner, fencing_token FROM jobs WHERE id = $1")
             .bind(job.0)

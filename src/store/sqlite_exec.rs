@@ -413,6 +413,17 @@ impl SqliteStore {
             .transpose()
     }
 
+    pub async fn claim_held(&self, job: JobId, token: i64) -> StoreResult<bool> {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM jobs WHERE id = ? AND fencing_token = ? AND status = 'running'",
+        )
+        .bind(job.0)
+        .bind(token)
+        .fetch_one(&self.reader)
+        .await?;
+        Ok(n == 1)
+    }
+
     pub async fn job_lease(&self, job: JobId) -> StoreResult<Option<(Option<String>, i64)>> {
         let row = sqlx::query("SELECT lease_owner, fencing_token FROM jobs WHERE id = ?")
             .bind(job.0)
