@@ -185,6 +185,8 @@ async fn a_cancel_mid_poll_stops_the_run_and_books_the_estimate(db: TestDb) {
     assert_eq!(balance(&db, &u).await, Credits(100));
     let a = db.store().attempts(id).await.unwrap();
     assert_eq!((a.len(), a[0].state.as_str()), (1, "submitted"));
+    let events = db.store().job_events(id).await.unwrap();
+    assert!(events.iter().any(|e| e.kind == "lease_lost"), "{events:?}");
     // Nothing was stored for a cancelled job.
     assert!(db.store().job_output(id).await.unwrap().is_none());
 }

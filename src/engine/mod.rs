@@ -208,6 +208,14 @@ async fn run_claim(
         Ok(Err(StoreError::StaleClaim)) => {
             t.note_claim_conflict();
             tracing::info!(%job, token, "run ended: the claim moved on");
+            let lost = serde_json::json!({"token": token});
+            if let Err(e) = t
+                .store()
+                .note_event(job, "lease_lost", &lost, Utc::now())
+                .await
+            {
+                tracing::warn!(%job, error = %e, "recording a lost lease failed");
+            }
             // Cancelled under this run: nobody else will settle its hold.
             if let Err(e) = settle_abandoned(&t, job).await {
                 tracing::warn!(%job, error = %e, "settling an abandoned hold failed");

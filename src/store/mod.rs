@@ -448,6 +448,18 @@ impl Store {
         dispatch!(self, s => s.job_output(job).await)
     }
 
+    /// Puts an observation on a job's timeline (a run that found its claim
+    /// gone says so; it changes nothing else).
+    pub async fn note_event(
+        &self,
+        job: JobId,
+        kind: &str,
+        detail: &serde_json::Value,
+        at: DateTime<Utc>,
+    ) -> StoreResult<()> {
+        dispatch!(self, s => s.note_event(job, kind, detail, at).await)
+    }
+
     /// Whether a run still holds its claim (the job is running under this
     /// token): a long poll asks now and then, and stops when it does not.
     pub async fn claim_held(&self, job: JobId, token: i64) -> StoreResult<bool> {

@@ -450,6 +450,17 @@ impl PgStore {
             .transpose()
     }
 
+    pub async fn note_event(
+        &self,
+        job: JobId,
+        kind: &str,
+        detail: &serde_json::Value,
+        at: DateTime<Utc>,
+    ) -> StoreResult<()> {
+        let mut conn = self.pool.acquire().await?;
+        event(&mut conn, job, kind, detail.clone(), at).await
+    }
+
     pub async fn claim_held(&self, job: JobId, token: i64) -> StoreResult<bool> {
         let n: i64 = sqlx::query_scalar(
             "SELECT COUNT(*) FROM jobs WHERE id = $1 AND fencing_token = $2 AND status = 'running'",

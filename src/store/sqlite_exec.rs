@@ -413,6 +413,17 @@ impl SqliteStore {
             .transpose()
     }
 
+    pub async fn note_event(
+        &self,
+        job: JobId,
+        kind: &str,
+        detail: &serde_json::Value,
+        at: DateTime<Utc>,
+    ) -> StoreResult<()> {
+        let mut conn = self.writer.acquire().await?;
+        event(&mut conn, job, kind, detail.clone(), at).await
+    }
+
     pub async fn claim_held(&self, job: JobId, token: i64) -> StoreResult<bool> {
         let n: i64 = sqlx::query_scalar(
             "SELECT COUNT(*) FROM jobs WHERE id = ? AND fencing_token = ? AND status = 'running'",
