@@ -34,6 +34,7 @@ pub fn cost_json(attempts: &[Attempt]) -> Value {
 pub fn attempt_json(a: &Attempt) -> Value {
     json!({
         "provider": a.provider, "model": a.model, "attempt_no": a.attempt_no, "state": a.state,
+        "provider_job_id": a.provider_job_id,
         "error_class": a.error_class, "error": a.error, "duration_ms": a.duration_ms, "usage": a.usage,
         "cost_usd": a.cost_usd, "cost_source": a.cost_source, "started_at": rfc3339(a.started_at),
     })

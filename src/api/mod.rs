@@ -60,6 +60,17 @@ pub fn ops_router(state: Tollgate) -> Router {
         .with_state(state)
 }
 
+/// `GET /v1/openapi.json`: the API described in OpenAPI 3.1. Written by
+/// hand next to the handlers; a test checks every path in it is served.
+pub const OPENAPI: &str = include_str!("openapi.json");
+
+async fn openapi() -> impl axum::response::IntoResponse {
+    (
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        OPENAPI,
+    )
+}
+
 /// `/healthz`, `/readyz` and everything under `/v1`. The caller adds the
 /// session layer (the app does; so do the tests).
 pub fn router(state: Tollgate) -> Router {
@@ -79,6 +90,7 @@ pub fn router(state: Tollgate) -> Router {
         .route("/budget/{day}/halt", post(budget::halt))
         .route("/budget/{day}/resume", post(budget::resume))
         .route("/catalogue", get(jobs::catalogue))
+        .route("/openapi.json", get(openapi))
         .route("/assets/{id}", get(assets::show))
         .route("/assets/{id}/content", get(assets::content))
         .route(
