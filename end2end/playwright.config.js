@@ -45,6 +45,7 @@ module.exports = defineConfig({
       TOLLGATE_LOGINS_PER_ACCOUNT_PER_MINUTE: '200',
       TOLLGATE_LOGINS_PER_ADDRESS_PER_MINUTE: '500',
       TOLLGATE_SITE_ROOT: process.env.TOLLGATE_SITE_ROOT || path.join(__dirname, '..', 'target', 'site'),
+      TOLLGATE_CONFIG: path.join(__dirname, 'tollgate.toml'),
     },
   },
 });

@@ -78,6 +78,8 @@ pub struct ModelSpec {
     pub poll_interval: Duration,
     /// After this long without a final status the job is parked.
     pub poll_timeout: Duration,
+    /// A local model's own faults, instead of `[local.faults]`.
+    pub faults: Option<LocalFaults>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -240,6 +242,7 @@ fn local_spec(
         request_timeout: Duration::from_secs(120),
         poll_interval: Duration::from_millis(500),
         poll_timeout: Duration::from_secs(600),
+        faults: None,
     }
 }
 
@@ -276,6 +279,7 @@ struct RawModel {
     timeout_ms: Option<u64>,
     poll_ms: Option<u64>,
     poll_timeout_s: Option<u64>,
+    faults: Option<LocalFaults>,
 }
 
 #[derive(Clone, Copy, Deserialize)]
@@ -387,6 +391,21 @@ fn price(t: &toml::Table, kind: JobKind, at: &str) -> Result<Price, ConfigError>
     )?))
 }
 
+fn check_rates(f: &LocalFaults, at: &str) -> Result<(), ConfigError> {
+    for (name, rate) in [
+        ("failure_rate", f.failure_rate),
+        ("refusal_rate", f.refusal_rate),
+        ("rate_limit_rate", f.rate_limit_rate),
+        ("unpriced_rate", f.unpriced_rate),
+        ("drop_after_accept_rate", f.drop_after_accept_rate),
+    ] {
+        if !(0.0..=1.0).contains(&rate) {
+            return Err(bad(format!("{at}.{name}: {rate} is not from 0 to 1")));
+        }
+    }
+    Ok(())
+}
+
 fn valid_id(id: &str) -> bool {
     !id.is_empty()
         && id.len() <= 64
@@ -408,19 +427,7 @@ pub fn parse(
             .clone()
             .try_into()
             .map_err(|e: toml::de::Error| bad(format!("local: {}", e.message())))?;
-        for (name, rate) in [
-            ("failure_rate", raw.faults.failure_rate),
-            ("refusal_rate", raw.faults.refusal_rate),
-            ("rate_limit_rate", raw.faults.rate_limit_rate),
-            ("unpriced_rate", raw.faults.unpriced_rate),
-            ("drop_after_accept_rate", raw.faults.drop_after_accept_rate),
-        ] {
-            if !(0.0..=1.0).contains(&rate) {
-                return Err(bad(format!(
-                    "local.faults.{name}: {rate} is not from 0 to 1"
-                )));
-            }
-        }
+        check_rates(&raw.faults, "local.faults")?;
         models.faults = raw.faults;
     }
     let Some(list) = file.get("models") else {
@@ -498,6 +505,12 @@ pub fn parse(
                 Err(bad(format!("{at}.{name}: {v} is not 1 to 3600000 ms")))
             }
         };
+        if let Some(f) = &raw.faults {
+            if raw.provider != ProviderKind::Local {
+                return Err(bad(format!("{at}.faults: only a local model takes faults")));
+            }
+            check_rates(f, &format!("{at}.faults"))?;
+        }
         let expected = secs(raw.expected_s, "expected_s")?;
         // Backoff is sized to how long a unit runs: a tenth of it.
         let backoff_default = expected
@@ -529,6 +542,7 @@ pub fn parse(
             request_timeout: ms(raw.timeout_ms, 30_000, "timeout_ms")?,
             poll_interval: ms(raw.poll_ms, 500, "poll_ms")?,
             poll_timeout: Duration::from_secs(raw.poll_timeout_s.unwrap_or(600).clamp(1, 86_400)),
+            faults: raw.faults,
         };
         if spec.kind == JobKind::Video
             && (spec.durations_s.is_empty()

@@ -22,8 +22,7 @@ pub struct LocalProvider {
 
 impl LocalProvider {
     /// Which injected fault, if any, this call suffers (one roll per call).
-    fn roll(&self) -> Option<ErrorClass> {
-        let f = &self.faults;
+    fn roll(f: &LocalFaults) -> Option<ErrorClass> {
         let x: f64 = rand::thread_rng().gen();
         let mut edge = 0.0;
         for (rate, class) in [
@@ -59,15 +58,16 @@ fn render_input(input: Input) -> Result<(Vec<u8>, &'static str), String> {
 impl Provider for LocalProvider {
     async fn submit(
         &self,
-        _model: &ModelSpec,
+        model: &ModelSpec,
         input: &Input,
         _key: &str,
     ) -> Result<Submission, ProviderError> {
-        if self.faults.latency_ms > 0 {
-            tokio::time::sleep(Duration::from_millis(self.faults.latency_ms)).await;
+        let faults = model.faults.as_ref().unwrap_or(&self.faults);
+        if faults.latency_ms > 0 {
+            tokio::time::sleep(Duration::from_millis(faults.latency_ms)).await;
         }
         let rate_card = Cost::Derived(input.rate_card_usd);
-        match self.roll() {
+        match Self::roll(faults) {
             Some(ErrorClass::RateLimited) => {
                 let mut e = ProviderError::new(
                     ErrorClass::RateLimited,
@@ -100,7 +100,7 @@ impl Provider for LocalProvider {
             .map_err(|e| ProviderError::new(ErrorClass::Failed, e.to_string(), Cost::Nothing))?;
         let (bytes, content_type) =
             rendered.map_err(|e| ProviderError::new(ErrorClass::InvalidInput, e, Cost::Nothing))?;
-        let unpriced = rand::thread_rng().gen::<f64>() < self.faults.unpriced_rate;
+        let unpriced = rand::thread_rng().gen::<f64>() < faults.unpriced_rate;
         Ok(Submission::Finished(Finished {
             usage: serde_json::json!({"bytes": bytes.len()}),
             output: Output::Bytes {

@@ -118,8 +118,10 @@ fn Detail(detail: JobDetail) -> impl IntoView {
         attempts,
         parked,
     } = detail;
-    let live =
-        (!job.status.is_terminal()).then(|| (job.id.clone(), job.status.as_str().to_string()));
+    // Queued and running jobs are followed live; a parked one waits for a
+    // person, and its notice says so instead of a spinner.
+    let live = matches!(job.status, JobStatus::Queued | JobStatus::Running)
+        .then(|| (job.id.clone(), job.status.as_str().to_string()));
     let result = job.output_url.clone();
     let is_video = matches!(job.request, JobRequest::Video(_));
     let review = job.review.clone();
