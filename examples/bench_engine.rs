@@ -29,19 +29,7 @@ fn arg(name: &str, default: &str) -> String {
 }
 
 fn photo() -> Vec<u8> {
-    let img = image::RgbImage::from_fn(64, 48, |x, y| {
-        let (dx, dy) = ((x as f64 - 24.0) / 10.0, (y as f64 - 28.0) / 7.0);
-        if dx * dx + dy * dy < 1.0 {
-            image::Rgb([150, 95, 50])
-        } else if y < 24 {
-            image::Rgb([130, 180, 235])
-        } else {
-            image::Rgb([70, 150, 60])
-        }
-    });
-    let mut out = std::io::Cursor::new(Vec::new());
-    img.write_to(&mut out, image::ImageFormat::Png).unwrap();
-    out.into_inner()
+    tollgate::testkit::photo_of_a_dog(64, 48)
 }
 
 async fn in_process_mock() -> String {

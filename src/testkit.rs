@@ -169,6 +169,27 @@ macro_rules! both_backends {
     };
 }
 
+/// A test photo: sky above, lawn below, and a brown dog the local
+/// readiness check finds (`width` by `height`, as PNG).
+pub fn photo_of_a_dog(width: u32, height: u32) -> Vec<u8> {
+    let (w, h) = (f64::from(width), f64::from(height));
+    let img = image::RgbImage::from_fn(width, height, |x, y| {
+        let dx = (f64::from(x) - 0.375 * w) / (0.156 * w);
+        let dy = (f64::from(y) - 0.583 * h) / (0.15 * h);
+        if dx * dx + dy * dy < 1.0 {
+            image::Rgb([150, 95, 50])
+        } else if y < height / 2 {
+            image::Rgb([130, 180, 235])
+        } else {
+            image::Rgb([70, 150, 60])
+        }
+    });
+    let mut out = std::io::Cursor::new(Vec::new());
+    img.write_to(&mut out, image::ImageFormat::Png)
+        .expect("encoding a PNG in memory");
+    out.into_inner()
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -10,21 +10,8 @@ use tollgate::model::{Credits, JobId, JobStatus, Role, Usd};
 use tollgate::store::{Job, User};
 use tollgate::testkit::TestDb;
 
-/// Sky, lawn, and a brown dog: the local readiness check finds the dog.
 fn photo() -> Vec<u8> {
-    let img = image::RgbImage::from_fn(160, 120, |x, y| {
-        let (dx, dy) = ((x as f64 - 60.0) / 25.0, (y as f64 - 70.0) / 18.0);
-        if dx * dx + dy * dy < 1.0 {
-            image::Rgb([150, 95, 50])
-        } else if y < 60 {
-            image::Rgb([130, 180, 235])
-        } else {
-            image::Rgb([70, 150, 60])
-        }
-    });
-    let mut out = std::io::Cursor::new(Vec::new());
-    img.write_to(&mut out, image::ImageFormat::Png).unwrap();
-    out.into_inner()
+    tollgate::testkit::photo_of_a_dog(160, 120)
 }
 
 fn empty_mask() -> Vec<u8> {

@@ -63,19 +63,7 @@ async fn serve_with(db: &TestDb, config: Option<&std::path::Path>) -> Child {
 }
 
 fn photo() -> Vec<u8> {
-    let img = image::RgbImage::from_fn(240, 180, |x, y| {
-        let (dx, dy) = ((x as f64 - 90.0) / 40.0, (y as f64 - 110.0) / 28.0);
-        if dx * dx + dy * dy < 1.0 {
-            image::Rgb([150, 95, 50])
-        } else if y < 90 {
-            image::Rgb([130, 180, 235])
-        } else {
-            image::Rgb([70, 150, 60])
-        }
-    });
-    let mut out = std::io::Cursor::new(Vec::new());
-    img.write_to(&mut out, image::ImageFormat::Png).unwrap();
-    out.into_inner()
+    tollgate::testkit::photo_of_a_dog(240, 180)
 }
 
 both_backends!(

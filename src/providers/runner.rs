@@ -303,7 +303,7 @@ impl Run<'_> {
             ParkedStage::DeliveryExhausted,
             spec,
             a,
-            json!({"reason": "the output could not be fetched again", "last_error": last}),
+            json!({"reason": "The output could not be fetched again.", "last_error": last}),
         )))
     }
 
@@ -362,7 +362,7 @@ impl Run<'_> {
             ParkedStage::DeliveryExhausted,
             spec,
             a,
-            json!({"reason": "the output exists at the provider but could not be stored", "last_error": last}),
+            json!({"reason": "The output exists at the provider but could not be stored.", "last_error": last}),
         )))
     }
 
@@ -418,7 +418,7 @@ impl Run<'_> {
                     spec,
                     a,
                     json!({
-                        "reason": format!("no final status after {} s of polling", spec.poll_timeout.as_secs()),
+                        "reason": format!("No final status after {} s of polling.", spec.poll_timeout.as_secs()),
                         "last_error": last_error,
                     }),
                 )));
@@ -471,7 +471,7 @@ impl Run<'_> {
                 ParkedStage::SubmissionUncertain,
                 spec,
                 a,
-                json!({"reason": format!("re-sent {RECOVERY_TRIES} times under the same key without an answer")}),
+                json!({"reason": format!("Re-sent {RECOVERY_TRIES} times under the same key without an answer.")}),
             )));
         }
         if spec.lookup {
@@ -506,7 +506,7 @@ impl Run<'_> {
         }
         // Neither: nothing may be re-sent blindly.
         let evidence = json!({
-            "reason": "the request may have been accepted and no answer came; the provider cannot deduplicate or be asked by our key",
+            "reason": "The request may have been accepted and no answer came; the provider can neither deduplicate it nor be asked by our key.",
             "idempotency_key": a.idempotency_key,
         });
         Ok(match spec.on_uncertain {

@@ -281,7 +281,12 @@ impl PgStore {
         .bind(at)
         .execute(&mut *tx)
         .await?;
-        let detail = serde_json::json!({"stage": p.stage.as_str(), "evidence": p.evidence, "provider_job_id": p.provider_job_id});
+        // The timeline says why in words; the full evidence is on the record.
+        let mut detail =
+            serde_json::json!({"stage": p.stage.as_str(), "reason": p.evidence["reason"]});
+        if let Some(id) = &p.provider_job_id {
+            detail["provider_job_id"] = serde_json::json!(id);
+        }
         event(&mut tx, job, "parked", detail, at).await?;
         tx.commit().await?;
         Ok(Parked {
