@@ -312,6 +312,29 @@ mod tests {
     }
 
     #[test]
+    fn the_file_sets_what_the_environment_does_not() {
+        let path =
+            std::env::temp_dir().join(format!("tollgate-config-{}.toml", std::process::id()));
+        std::fs::write(
+            &path,
+            "workers = 64\ndaily_cap_usd = \"12.50\"\n[local.faults]\nlatency_ms = 5\n",
+        )
+        .unwrap();
+        let file = path.display().to_string();
+        let c = from(&[("TOLLGATE_CONFIG", &file)]).unwrap();
+        assert_eq!(c.workers, 64);
+        assert_eq!(c.daily_cap_usd, crate::model::Usd::parse("12.50").unwrap());
+        assert_eq!(c.models.faults.latency_ms, 5);
+        // The environment wins.
+        let c = from(&[("TOLLGATE_CONFIG", &file), ("TOLLGATE_WORKERS", "3")]).unwrap();
+        assert_eq!(c.workers, 3);
+        std::fs::write(&path, "wokers = 64\n").unwrap();
+        let e = from(&[("TOLLGATE_CONFIG", &file)]).unwrap_err();
+        assert!(e.message.contains("wokers"), "{e}");
+        let _ = std::fs::remove_file(&path);
+    }
+
+    #[test]
     fn https_public_url_means_secure_cookies() {
         assert!(
             from(&[("TOLLGATE_PUBLIC_URL", "https://t.example")])

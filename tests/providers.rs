@@ -489,6 +489,31 @@ async fn a_dropped_answer_without_either_parks_and_keeps_the_hold(db: TestDb) {
         .await
         .unwrap()
         .is_empty());
+    // /metrics shows it by stage, with its age.
+    let api = db.serve_api().await;
+    let text = reqwest::get(format!("{api}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        text.contains("tollgate_parked{stage=\"submission_uncertain\"} 1"),
+        "{text}"
+    );
+    assert!(text.contains("tollgate_parked_oldest_age_seconds{stage=\"submission_uncertain\"}"));
+
+    // Its owner cancels it: refunded once, and it no longer waits for a
+    // decision; the possibly-paid call stays booked at the estimate.
+    let cancelled = db.tollgate.cancel_job(&u, id).await.unwrap();
+    assert_eq!(cancelled.status, JobStatus::Cancelled);
+    assert_eq!(balance(&db, &u).await, Credits(100));
+    assert!(db.store().parked_for_job(id).await.unwrap().is_none());
+    assert!(db.store().list_parked(None, 10).await.unwrap().is_empty());
+    assert!(tollgate::engine::settle_abandoned(&db.tollgate, id)
+        .await
+        .unwrap());
+    assert_eq!(held(&db).await, (job.estimated_usd, Usd::ZERO));
 }
 
 async fn a_dropped_answer_refunds_where_the_policy_says(db: TestDb) {

@@ -84,6 +84,16 @@ async fn event(
 
 /// Rule 3, the one refund: derived reference, do-nothing-on-conflict, and
 /// only while the job is failed or cancelled. True when this call refunded.
+/// A job that ends while parked no longer waits for a decision: its open
+/// parked record closes in the same transaction.
+async fn close_parked(conn: &mut SqliteConnection, job: JobId) -> StoreResult<()> {
+    sqlx::query("UPDATE parked SET state = 'closed' WHERE job_id = ? AND state = 'open'")
+        .bind(job.0)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
 pub(super) async fn refund_in(
     conn: &mut SqliteConnection,
     job: JobId,
@@ -251,6 +261,7 @@ impl SqliteStore {
             return Ok(None);
         };
         event(&mut tx, id, "cancelled", serde_json::json!({}), at).await?;
+        close_parked(&mut tx, id).await?;
         refund_in(&mut tx, id, at).await?;
         tx.commit().await?;
         job_from_row(&row).map(Some)
@@ -281,6 +292,7 @@ impl SqliteStore {
             return Ok(None);
         };
         event(&mut tx, id, status, serde_json::json!({}), at).await?;
+        close_parked(&mut tx, id).await?;
         refund_in(&mut tx, id, at).await?;
         tx.commit().await?;
         job_from_row(&row).map(Some)
