@@ -232,6 +232,7 @@ async fn an_http_edit_is_paid_once_with_a_quoted_cost(db: TestDb) {
         "reserved",
         "attempt",
         "submitted",
+        "attempt_ended",
         "settled",
         "succeeded",
     ] {

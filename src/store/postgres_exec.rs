@@ -516,7 +516,7 @@ impl PgStore {
     /// (while it is still open); a repeated report only refreshes telemetry.
     pub async fn end_attempt(&self, id: uuid::Uuid, o: &AttemptOutcome) -> StoreResult<()> {
         let mut tx = self.pool.begin().await?;
-        sqlx::query(
+        let ended = sqlx::query(
             "UPDATE attempts SET state = $1, provider_job_id = COALESCE($2, provider_job_id), error_class = $3, error = $4, \
              duration_ms = $5, finished_at = $6 WHERE id = $7 AND state IN ('submitting', 'submitted')",
         )
@@ -538,6 +538,22 @@ impl PgStore {
         .bind(id)
         .execute(&mut *tx)
         .await?;
+        if ended.rows_affected() == 1 {
+            // The outcome goes on the job's timeline once, with what it cost.
+            let detail = serde_json::json!({
+                "state": o.state, "error_class": o.error_class,
+                "usd": o.cost_usd, "priced": o.cost_usd.is_some(),
+            });
+            sqlx::query(
+                "INSERT INTO job_events (job_id, kind, detail, created_at) \
+                 SELECT job_id, 'attempt_ended', $1::jsonb || jsonb_build_object('attempt', attempt_no), $2 FROM attempts WHERE id = $3",
+            )
+            .bind(detail.to_string())
+            .bind(o.finished_at)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        }
         tx.commit().await?;
         Ok(())
     }

@@ -479,7 +479,7 @@ impl SqliteStore {
     /// (while it is still open); a repeated report only refreshes telemetry.
     pub async fn end_attempt(&self, id: uuid::Uuid, o: &AttemptOutcome) -> StoreResult<()> {
         let mut tx = self.writer.begin().await?;
-        sqlx::query(
+        let ended = sqlx::query(
             "UPDATE attempts SET state = ?, provider_job_id = COALESCE(?, provider_job_id), error_class = ?, error = ?, \
              duration_ms = ?, finished_at = ? WHERE id = ? AND state IN ('submitting', 'submitted')",
         )
@@ -499,6 +499,22 @@ impl SqliteStore {
             .bind(id)
             .execute(&mut *tx)
             .await?;
+        if ended.rows_affected() == 1 {
+            // The outcome goes on the job's timeline once, with what it cost.
+            let detail = serde_json::json!({
+                "state": o.state, "error_class": o.error_class,
+                "usd": o.cost_usd, "priced": o.cost_usd.is_some(),
+            });
+            sqlx::query(
+                "INSERT INTO job_events (job_id, kind, detail, created_at) \
+                 SELECT job_id, 'attempt_ended', json_set(?, '$.attempt', attempt_no), ? FROM attempts WHERE id = ?",
+            )
+            .bind(detail.to_string())
+            .bind(o.finished_at)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        }
         tx.commit().await?;
         Ok(())
     }
