@@ -198,6 +198,11 @@ async fn completed_steps_survive_a_resume(db: TestDb) {
     let steps = s.steps(ids[0]).await.unwrap();
     assert_eq!(steps.len(), 1);
     assert_eq!(steps[0].output, json!({"usd": "0.04"}));
+    // The timeline has the step once, written with it.
+    let events = s.job_events(ids[0]).await.unwrap();
+    let step_events: Vec<_> = events.iter().filter(|e| e.kind == "step").collect();
+    assert_eq!(step_events.len(), 1);
+    assert_eq!(step_events[0].detail, json!({"step": "reserve"}));
 }
 
 async fn cancel_wins_over_a_running_worker(db: TestDb) {

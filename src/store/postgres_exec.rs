@@ -377,6 +377,10 @@ impl PgStore {
             .collect()
     }
 
+    /// One conditional statement: the step is recorded only while the run
+    /// holds the job (the job row is locked, so a claim or terminal write
+    /// cannot slip between check and insert), and a trigger puts it on the
+    /// timeline. Recording a step twice keeps the first output.
     pub async fn complete_step(
         &self,
         job: JobId,
@@ -385,26 +389,29 @@ impl PgStore {
         output: &serde_json::Value,
         at: DateTime<Utc>,
     ) -> StoreResult<()> {
-        let mut tx = self.pool.begin().await?;
-        if !holds(&mut tx, job, token).await? {
-            return Err(StoreError::StaleClaim);
-        }
         let r = sqlx::query(
-            "INSERT INTO job_steps (job_id, step, output, fencing_token, completed_at) VALUES ($1, $2, $3::jsonb, $4, $5) \
+            "INSERT INTO job_steps (job_id, step, output, fencing_token, completed_at) \
+             SELECT id, $1, $2::jsonb, fencing_token, $3 FROM jobs \
+             WHERE id = $4 AND fencing_token = $5 AND status = 'running' FOR UPDATE \
              ON CONFLICT (job_id, step) DO NOTHING",
         )
-        .bind(job.0)
         .bind(step)
         .bind(output.to_string())
-        .bind(token)
         .bind(at)
-        .execute(&mut *tx)
+        .bind(job.0)
+        .bind(token)
+        .execute(&self.pool)
         .await?;
         if r.rows_affected() == 1 {
-            event(&mut tx, job, "step", serde_json::json!({"step": step}), at).await?;
+            return Ok(());
         }
-        tx.commit().await?;
-        Ok(())
+        // Nothing inserted: already recorded (fine), or the claim is gone.
+        let mut conn = self.pool.acquire().await?;
+        if holds(&mut conn, job, token).await? {
+            Ok(())
+        } else {
+            Err(StoreError::StaleClaim)
+        }
     }
 
     pub async fn finish_claimed(

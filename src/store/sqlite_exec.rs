@@ -340,6 +340,10 @@ impl SqliteStore {
             .collect()
     }
 
+    /// One conditional statement: the step is recorded only while the run
+    /// holds the job (the single writer makes check and insert atomic), and
+    /// a trigger puts it on the timeline. Recording a step twice keeps the
+    /// first output.
     pub async fn complete_step(
         &self,
         job: JobId,
@@ -348,26 +352,28 @@ impl SqliteStore {
         output: &serde_json::Value,
         at: DateTime<Utc>,
     ) -> StoreResult<()> {
-        let mut tx = self.writer.begin().await?;
-        if !holds(&mut tx, job, token).await? {
-            return Err(StoreError::StaleClaim);
-        }
         let r = sqlx::query(
-            "INSERT INTO job_steps (job_id, step, output, fencing_token, completed_at) VALUES (?, ?, ?, ?, ?) \
+            "INSERT INTO job_steps (job_id, step, output, fencing_token, completed_at) \
+             SELECT id, ?, ?, fencing_token, ? FROM jobs WHERE id = ? AND fencing_token = ? AND status = 'running' \
              ON CONFLICT (job_id, step) DO NOTHING",
         )
-        .bind(job.0)
         .bind(step)
         .bind(output.to_string())
-        .bind(token)
         .bind(at)
-        .execute(&mut *tx)
+        .bind(job.0)
+        .bind(token)
+        .execute(&self.writer)
         .await?;
         if r.rows_affected() == 1 {
-            event(&mut tx, job, "step", serde_json::json!({"step": step}), at).await?;
+            return Ok(());
         }
-        tx.commit().await?;
-        Ok(())
+        // Nothing inserted: already recorded (fine), or the claim is gone.
+        let mut conn = self.writer.acquire().await?;
+        if holds(&mut conn, job, token).await? {
+            Ok(())
+        } else {
+            Err(StoreError::StaleClaim)
+        }
     }
 
     pub async fn finish_claimed(
