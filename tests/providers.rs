@@ -217,6 +217,19 @@ async fn an_http_edit_is_paid_once_with_a_quoted_cost(db: TestDb) {
     assert_eq!(meta.provider.as_deref(), Some("http"));
     // The day's spend is the quoted cost, not the estimate.
     assert_eq!(held(&db).await, (usd("0.12"), Usd::ZERO));
+    // /metrics reports that spend exactly, in millionths of a dollar.
+    let api = db.serve_api().await;
+    let text = reqwest::get(format!("{api}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        text.contains("tollgate_spend_microusd{model=\"mock-edit\"} 120000"),
+        "{text}"
+    );
+    assert!(text.contains("tollgate_reserved_microusd 0"), "{text}");
     // The timeline names the attempt and the provider's id.
     let kinds: Vec<String> = db
         .store()

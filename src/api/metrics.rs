@@ -16,9 +16,10 @@ use std::sync::atomic::AtomicU64;
 type Labels = Vec<(String, String)>;
 type FloatGauge = Gauge<f64, AtomicU64>;
 
-/// An exact amount as a Prometheus sample (samples are floats by definition).
-fn as_sample(usd: crate::model::Usd) -> f64 {
-    usd.to_string().parse().unwrap_or(f64::NAN)
+/// Money is exported in whole millionths of a dollar, as integers, so a
+/// scrape is as exact as the ledger (never a float).
+fn micros(usd: crate::model::Usd) -> i64 {
+    usd.micros().unwrap_or(i64::MAX)
 }
 
 pub async fn metrics(State(t): State<Tollgate>) -> Response {
@@ -37,7 +38,7 @@ pub async fn metrics(State(t): State<Tollgate>) -> Response {
     }
     registry.register("jobs", "Jobs by status", jobs);
     let attempts = Family::<Labels, Gauge>::default();
-    let spend = Family::<Labels, FloatGauge>::default();
+    let spend = Family::<Labels, Gauge>::default();
     let unpriced = Family::<Labels, Gauge>::default();
     for (model, state, n, usd, unpriced_n) in &snapshot.attempts_by_model {
         let labels = vec![
@@ -45,16 +46,19 @@ pub async fn metrics(State(t): State<Tollgate>) -> Response {
             ("state".into(), state.clone()),
         ];
         attempts.get_or_create(&labels).set(*n);
-        // Prometheus samples are floats; the sum behind this one is exact.
         spend
             .get_or_create(&vec![("model".into(), model.clone())])
-            .inc_by(as_sample(*usd));
+            .inc_by(micros(*usd));
         unpriced
             .get_or_create(&vec![("model".into(), model.clone())])
             .inc_by(*unpriced_n);
     }
     registry.register("attempts", "Provider attempts by model and state", attempts);
-    registry.register("spend_usd", "Priced provider spend by model, in USD", spend);
+    registry.register(
+        "spend_microusd",
+        "Priced provider spend by model, in millionths of a US dollar",
+        spend,
+    );
     registry.register(
         "unpriced_attempts",
         "Finished attempts nobody could price, by model",
@@ -67,11 +71,11 @@ pub async fn metrics(State(t): State<Tollgate>) -> Response {
         "Budget reservations not yet settled",
         held,
     );
-    let reserved: FloatGauge = FloatGauge::default();
-    reserved.set(as_sample(snapshot.reserved_usd));
+    let reserved: Gauge = Gauge::default();
+    reserved.set(micros(snapshot.reserved_usd));
     registry.register(
-        "reserved_usd",
-        "USD held by unsettled reservations",
+        "reserved_microusd",
+        "Millionths of a US dollar held by unsettled reservations",
         reserved,
     );
     let parked = Family::<Labels, Gauge>::default();

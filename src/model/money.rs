@@ -41,6 +41,12 @@ impl Usd {
     pub fn plus(self, other: Usd) -> Usd {
         Usd::new(self.0 + other.0)
     }
+
+    /// The amount in whole millionths of a dollar: exact, because amounts
+    /// keep six places. `None` only past what an i64 holds.
+    pub fn micros(self) -> Option<i64> {
+        (self.0 * Decimal::from(1_000_000)).trunc().to_i64()
+    }
 }
 
 impl fmt::Display for Usd {
@@ -81,6 +87,8 @@ mod tests {
         assert!(Usd::parse("-1").is_err());
         assert!(Usd::parse("0.0000001").is_err());
         assert!(Usd::parse("abc").is_err());
+        assert_eq!(Usd::parse("0.120001").unwrap().micros(), Some(120_001));
+        assert_eq!(Usd::parse("12.4").unwrap().micros(), Some(12_400_000));
         let json = serde_json::to_string(&Usd::parse("12.4").unwrap()).unwrap();
         assert_eq!(json, "\"12.400000\"");
     }
