@@ -188,6 +188,42 @@ impl Tollgate {
         Ok(None)
     }
 
+    /// A stored object's bytes, for the engine's own reading (no viewer).
+    pub(crate) async fn object_bytes(
+        &self,
+        key: &str,
+    ) -> crate::store::StoreResult<Option<Vec<u8>>> {
+        let corrupt = |e: String| crate::store::StoreError::Corrupt(e);
+        let key = ObjectKey::parse(key).map_err(|e| corrupt(e.to_string()))?;
+        match self
+            .objects()
+            .get(&key)
+            .await
+            .map_err(|e| corrupt(e.to_string()))?
+        {
+            Some(body) => Ok(Some(
+                body.bytes()
+                    .await
+                    .map_err(|e| corrupt(e.to_string()))?
+                    .to_vec(),
+            )),
+            None => Ok(None),
+        }
+    }
+
+    /// An asset's bytes, for the engine's own reading; `None` when the asset
+    /// or its object is gone.
+    pub(crate) async fn asset_bytes(
+        &self,
+        id: Option<AssetId>,
+    ) -> crate::store::StoreResult<Option<Vec<u8>>> {
+        let Some(id) = id else { return Ok(None) };
+        match self.store().asset(id).await? {
+            Some(a) => self.object_bytes(&a.object_key).await,
+            None => Ok(None),
+        }
+    }
+
     /// The bytes of a visible asset, streamed.
     pub async fn asset_content(&self, viewer: &User, id: AssetId) -> Result<(Asset, ObjectBody)> {
         let asset = self.visible_asset(viewer, id).await?;

@@ -129,21 +129,6 @@ pub(super) async fn run(
     Ok(())
 }
 
-async fn object_bytes(t: &Tollgate, key: &str) -> StoreResult<Option<Vec<u8>>> {
-    let key = ObjectKey::parse(key).map_err(internal)?;
-    match t.objects().get(&key).await.map_err(internal)? {
-        Some(body) => Ok(Some(body.bytes().await.map_err(internal)?.to_vec())),
-        None => Ok(None),
-    }
-}
-
-async fn asset_bytes(t: &Tollgate, id: crate::model::AssetId) -> StoreResult<Option<Vec<u8>>> {
-    match t.store().asset(id).await? {
-        Some(a) => object_bytes(t, &a.object_key).await,
-        None => Ok(None),
-    }
-}
-
 async fn run_step(
     t: &Tollgate,
     claim: &Claim,
@@ -176,16 +161,13 @@ async fn run_step(
             let JobRequest::ImageEdit(edit) = &job.request else {
                 return Ok(Step::Done(json!({})));
             };
-            let Some(photo) = asset_bytes(t, edit.source).await? else {
+            let Some(photo) = t.asset_bytes(Some(edit.source)).await? else {
                 return Ok(fail(
                     "SOURCE_MISSING",
                     "The uploaded photo could not be read.",
                 ));
             };
-            let mask = match edit.target.mask {
-                Some(m) => asset_bytes(t, m).await?,
-                None => None,
-            };
+            let mask = t.asset_bytes(edit.target.mask).await?;
             let (kind, description) = (edit.target.kind, edit.target.description.clone());
             let checked = tokio::task::spawn_blocking(move || {
                 let img = local::decode(&photo)?;
@@ -230,16 +212,11 @@ async fn run_step(
             let JobRequest::ImageEdit(edit) = &job.request else {
                 return Ok(Step::Done(json!({})));
             };
-            let photo = asset_bytes(t, edit.source).await?;
-            let mask = match edit.target.mask {
-                Some(m) => asset_bytes(t, m).await?,
-                None => None,
-            };
-            let out = object_bytes(
-                t,
-                outputs["store_output"]["key"].as_str().unwrap_or_default(),
-            )
-            .await?;
+            let photo = t.asset_bytes(Some(edit.source)).await?;
+            let mask = t.asset_bytes(edit.target.mask).await?;
+            let out = t
+                .object_bytes(outputs["store_output"]["key"].as_str().unwrap_or_default())
+                .await?;
             let kind = edit.target.kind;
             let reviewed = tokio::task::spawn_blocking(move || {
                 let photo = local::decode(&photo.ok_or("the photo is gone")?)?;

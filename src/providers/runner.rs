@@ -165,7 +165,7 @@ pub async fn generate(
             None => continue,
         }
     }
-    run.chain(&chain).await
+    run.chain(&chain, previous).await
 }
 
 fn failed_outcome(class: &str, message: &str, cost: Cost, duration_ms: i64) -> AttemptOutcome {
@@ -208,10 +208,10 @@ impl Run<'_> {
         let job = &self.claim.job;
         let (photo, mask) = match &job.request {
             JobRequest::ImageEdit(e) => (
-                asset_bytes(self.t, Some(e.source)).await?,
-                asset_bytes(self.t, e.target.mask).await?,
+                self.t.asset_bytes(Some(e.source)).await?,
+                self.t.asset_bytes(e.target.mask).await?,
             ),
-            JobRequest::Video(v) => (asset_bytes(self.t, v.source).await?, None),
+            JobRequest::Video(v) => (self.t.asset_bytes(v.source).await?, None),
         };
         Ok(Input {
             request: job.request.clone(),
@@ -573,9 +573,14 @@ impl Run<'_> {
 
     /// The chain: each model's remaining attempts, then the next model where
     /// the policy allows it.
-    async fn chain(&mut self, chain: &[ModelSpec]) -> StoreResult<Generated> {
+    /// `previous` are the job's attempts so far (their states may have moved
+    /// since; only how many there are, and of which model, is used).
+    async fn chain(
+        &mut self,
+        chain: &[ModelSpec],
+        mut previous: Vec<Attempt>,
+    ) -> StoreResult<Generated> {
         let job = self.claim.job.id;
-        let mut previous = self.t.store().attempts(job).await?;
         let mut last: Option<ProviderError> = None;
         for (i, spec) in chain.iter().enumerate() {
             let mut used = previous.iter().filter(|a| a.model == spec.id).count() as u32;
@@ -616,6 +621,7 @@ impl Run<'_> {
                     started_at: new.started_at,
                 };
                 used += 1;
+                previous.push(a.clone());
                 let started = Instant::now();
                 let sent = self
                     .provider(spec)
@@ -643,7 +649,6 @@ impl Run<'_> {
                 if let Some(done) = self.conclude(spec, &a, attempted, started).await? {
                     return Ok(done);
                 }
-                previous = self.t.store().attempts(job).await?;
                 let Some((class, retry_after, error)) = class else {
                     continue;
                 };
@@ -748,19 +753,4 @@ fn backoff(spec: &ModelSpec) -> impl Iterator<Item = Duration> {
         .with_jitter()
         .with_max_times(64)
         .build()
-}
-
-async fn asset_bytes(
-    t: &Tollgate,
-    id: Option<crate::model::AssetId>,
-) -> StoreResult<Option<Vec<u8>>> {
-    let Some(id) = id else { return Ok(None) };
-    let Some(asset) = t.store().asset(id).await? else {
-        return Ok(None);
-    };
-    let key = ObjectKey::parse(&asset.object_key).map_err(internal)?;
-    match t.objects().get(&key).await.map_err(internal)? {
-        Some(body) => Ok(Some(body.bytes().await.map_err(internal)?.to_vec())),
-        None => Ok(None),
-    }
 }
