@@ -3,9 +3,13 @@
 
 use crate::error::{Error, Result};
 use crate::model::Usd;
-use crate::store::BudgetDay;
+use crate::model::UserId;
+use crate::store::{BudgetDay, Halt};
 use crate::Tollgate;
-use chrono::NaiveDate;
+use chrono::{NaiveDate, Utc};
+
+/// Longest reason a halt may give.
+pub const HALT_REASON_LEN_MAX: usize = 500;
 
 /// A day as the API names it: YYYY-MM-DD.
 pub fn parse_day(raw: &str) -> Result<NaiveDate> {
@@ -29,11 +33,31 @@ impl Tollgate {
             .await?)
     }
 
-    /// Halts (or resumes) a day: while halted, no reservation succeeds.
-    pub async fn set_halted(&self, day: NaiveDate, halted: bool) -> Result<BudgetDay> {
+    /// Halts (or resumes) a day, recording who did it and why: while
+    /// halted, no paid call is sent (no hold succeeds).
+    pub async fn set_halted(
+        &self,
+        day: NaiveDate,
+        halted: bool,
+        reason: Option<&str>,
+        by: Option<UserId>,
+    ) -> Result<BudgetDay> {
+        let reason = reason.map(str::trim).filter(|r| !r.is_empty());
+        if reason.is_some_and(|r| r.chars().count() > HALT_REASON_LEN_MAX) {
+            return Err(Error::invalid(
+                "reason",
+                format!("at most {HALT_REASON_LEN_MAX} characters"),
+            ));
+        }
+        let halt = Halt {
+            halted,
+            reason: reason.map(str::to_string),
+            by,
+            at: Utc::now(),
+        };
         Ok(self
             .store()
-            .set_budget(day, self.config().daily_cap_usd, None, Some(halted))
+            .set_budget(day, self.config().daily_cap_usd, None, Some(&halt))
             .await?)
     }
 }

@@ -496,6 +496,7 @@ async fn budget_days_are_admin_controlled(db: TestDb) {
         .http
         .post(format!("{day}/halt"))
         .bearer_auth(&admin)
+        .json(&json!({"reason": "the provider bill looks wrong"}))
         .send()
         .await
         .unwrap()
@@ -503,6 +504,7 @@ async fn budget_days_are_admin_controlled(db: TestDb) {
         .await
         .unwrap();
     assert_eq!(d["halted"], true);
+    assert_eq!(d["halted_reason"], "the provider bill looks wrong");
     let d: Value = s
         .http
         .post(format!("{day}/resume"))
@@ -535,6 +537,7 @@ async fn budget_days_are_admin_controlled(db: TestDb) {
         .http
         .post(format!("{day}/halt"))
         .bearer_auth(&user)
+        .json(&json!({"reason": "mine"}))
         .send()
         .await
         .unwrap();

@@ -1,15 +1,24 @@
 //! The execution store on both backends: fenced claims (16 racing
-//! claimers), stale tokens, checkpointed steps, attempts (null is not zero)
-//! and the daily breaker.
+//! claimers), leases on the database's clock, units of work (a stale one
+//! writes nothing, the rest of its group commits), progress that survives a
+//! resume, attempts (null is not zero; the first outcome stands) and the
+//! daily breaker with one hold per paid attempt, racing at the cap's edge.
 
-use chrono::{Duration, NaiveDate, Utc};
+use chrono::{NaiveDate, Utc};
 use serde_json::json;
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::sync::Barrier;
 use tollgate::both_backends;
-use tollgate::model::{Credits, JobId, JobStatus, Role, Usd};
-use tollgate::store::{AttemptOutcome, NewAttempt, Outcome, StoreError, User};
+use tollgate::model::{
+    AttemptEnd, AttemptId, AttemptState, CostSource, Credits, JobId, JobStatus, Progress,
+    Purpose as AttemptPurpose, Readiness, Role, Usd,
+};
+use tollgate::store::{
+    Applied, AttemptOutcome, Claim, Finish, Hold, NewAttempt, NewParked, Op, ParkedStage, Store,
+    Unit, User,
+};
 use tollgate::testkit::TestDb;
 
 async fn jobs(db: &TestDb, n: usize) -> (User, Vec<JobId>) {
@@ -39,13 +48,60 @@ fn usd(s: &str) -> Usd {
     Usd::parse(s).unwrap()
 }
 
+fn unit(c: &Claim, ops: Vec<Op>) -> Unit {
+    Unit {
+        job: c.job.id,
+        token: c.token,
+        ops,
+    }
+}
+
+fn attempt(job: JobId, n: i32, hold: Option<Hold>) -> NewAttempt {
+    NewAttempt {
+        id: AttemptId::new(),
+        job_id: job,
+        purpose: AttemptPurpose::Generate,
+        provider: "http".into(),
+        endpoint: Some("http://127.0.0.1:9".into()),
+        model: "mock-edit".into(),
+        attempt_no: n,
+        idempotency_key: format!("{job}:{n}"),
+        hold,
+        started_at: Utc::now(),
+    }
+}
+
+fn outcome(end: AttemptEnd, cost: Option<(&str, CostSource)>) -> AttemptOutcome {
+    AttemptOutcome {
+        end,
+        provider_job_id: None,
+        error_class: (end == AttemptEnd::Failed).then(|| "failed".into()),
+        error: None,
+        duration_ms: 12,
+        usage: None,
+        cost: cost.map(|(u, s)| (usd(u), s)),
+        finished_at: Utc::now(),
+    }
+}
+
+async fn apply(s: &Store, u: Unit) -> Applied {
+    s.apply_one(u).await.unwrap()
+}
+
+fn stale(a: &Applied) -> bool {
+    matches!(a, Applied::Stale)
+}
+
 both_backends!(
     racing_claimers_take_each_job_once,
-    a_stale_token_cannot_write,
-    completed_steps_survive_a_resume,
+    leases_run_on_the_database_clock_and_a_stale_token_cannot_write,
+    progress_survives_a_resume,
     cancel_wins_over_a_running_worker,
     attempts_keep_null_costs_and_first_outcomes,
-    the_breaker_holds_the_cap,
+    the_breaker_holds_the_cap_one_hold_per_attempt,
+    racing_paid_calls_at_the_cap_never_go_over,
+    a_group_commit_refuses_a_stale_unit_alone,
+    a_failing_unit_does_not_sink_its_group,
 );
 
 async fn racing_claimers_take_each_job_once(db: TestDb) {
@@ -59,11 +115,7 @@ async fn racing_claimers_take_each_job_once(db: TestDb) {
             b.wait().await;
             let mut mine = Vec::new();
             loop {
-                let now = Utc::now();
-                let got = store
-                    .claim_jobs(&format!("w{w}"), 2, now + Duration::seconds(60), now)
-                    .await
-                    .unwrap();
+                let got = store.claim_jobs(&format!("w{w}"), 2, 60.0).await.unwrap();
                 if got.is_empty() {
                     break;
                 }
@@ -84,288 +136,502 @@ async fn racing_claimers_take_each_job_once(db: TestDb) {
         seen.values().all(|&c| c == 1),
         "a job was claimed twice: {seen:?}"
     );
+    // Each claim put itself on the job's timeline.
+    let events = db.store().job_events(ids[0]).await.unwrap();
+    assert_eq!(events.iter().filter(|e| e.kind == "claimed").count(), 1);
 }
 
-async fn a_stale_token_cannot_write(db: TestDb) {
+async fn leases_run_on_the_database_clock_and_a_stale_token_cannot_write(db: TestDb) {
     let (_, ids) = jobs(&db, 1).await;
     let s = db.store();
-    let now = Utc::now();
-    let first = s
-        .claim_jobs("a", 1, now + Duration::seconds(1), now)
-        .await
-        .unwrap()
-        .remove(0);
-    assert!(s
-        .heartbeat(ids[0], first.token, now + Duration::seconds(2))
-        .await
-        .unwrap());
-    // Not claimable while the lease holds...
-    assert!(s
-        .claim_jobs("b", 1, now + Duration::seconds(60), now)
-        .await
-        .unwrap()
-        .is_empty());
-    // ...and claimable once it has expired: the token moves on.
-    let later = now + Duration::seconds(5);
-    let second = s
-        .claim_jobs("b", 1, later + Duration::seconds(60), later)
-        .await
-        .unwrap()
-        .remove(0);
+    let first = s.claim_jobs("a", 1, 0.4).await.unwrap().remove(0);
+    // A heartbeat extends every lease the node holds.
+    assert_eq!(s.heartbeat_owner("a", 0.4).await.unwrap(), 1);
+    assert!(
+        s.claim_jobs("b", 1, 60.0).await.unwrap().is_empty(),
+        "leased"
+    );
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    // Expired: claimable again, and the token moves on.
+    let second = s.claim_jobs("b", 1, 60.0).await.unwrap().remove(0);
     assert_eq!(second.token, first.token + 1);
-    assert!(!s.heartbeat(ids[0], first.token, later).await.unwrap());
-    let stale = s
-        .complete_step(ids[0], first.token, "generate", &json!({}), later)
-        .await;
-    assert!(matches!(stale, Err(StoreError::StaleClaim)), "{stale:?}");
-    let stale = s
-        .finish_claimed(ids[0], first.token, &Outcome::Succeeded, None, None, later)
-        .await;
-    assert!(matches!(stale, Err(StoreError::StaleClaim)));
-    let attempt = NewAttempt {
-        id: uuid::Uuid::new_v4(),
-        job_id: ids[0],
-        provider: "local".into(),
-        model: "local-clip".into(),
-        attempt_no: 1,
-        idempotency_key: format!("{}:1", ids[0]),
-        started_at: later,
+    assert_eq!(s.heartbeat_owner("a", 60.0).await.unwrap(), 0);
+    let p = Progress {
+        readiness: Some(Readiness {
+            region_fraction: 0.5,
+        }),
+        ..Progress::default()
     };
-    assert!(matches!(
-        s.begin_attempt(&attempt, first.token).await,
-        Err(StoreError::StaleClaim)
-    ));
-    let done = s
-        .finish_claimed(
-            ids[0],
-            second.token,
-            &Outcome::Succeeded,
-            Some(("outputs/x", "image/gif")),
-            None,
-            later,
-        )
-        .await
-        .unwrap();
-    assert_eq!(done.status, JobStatus::Succeeded);
+    let a = attempt(ids[0], 1, None);
+    for op in [
+        Op::Progress(p),
+        Op::BeginAttempt(a.clone()),
+        Op::Submitted {
+            attempt: a.id,
+            provider_job_id: "pred_1".into(),
+        },
+        Op::EndAttempt {
+            attempt: a.id,
+            outcome: outcome(AttemptEnd::Succeeded, None),
+        },
+        Op::Finish(Finish::Failed(json!({"code": "X"}))),
+        Op::Park(NewParked {
+            stage: ParkedStage::SubmissionUncertain,
+            evidence: json!({"reason": "test"}),
+            provider: None,
+            model: None,
+            provider_job_id: None,
+            attempt_id: None,
+        }),
+        Op::Release,
+    ] {
+        let what = format!("{op:?}");
+        assert!(stale(&apply(s, unit(&first, vec![op])).await), "{what}");
+    }
+    assert!(s.attempts(ids[0]).await.unwrap().is_empty());
+    assert!(s.parked_for_job(ids[0]).await.unwrap().is_none());
+    // The current holder writes.
+    let done = apply(
+        s,
+        unit(
+            &second,
+            vec![Op::Finish(Finish::Succeeded {
+                output_key: "outputs/x".into(),
+                content_type: "image/gif".into(),
+                review: None,
+            })],
+        ),
+    )
+    .await;
+    let Applied::Done(Some(job)) = done else {
+        panic!("{done:?}")
+    };
+    assert_eq!(job.status, JobStatus::Succeeded);
     assert_eq!(
         s.job_output(ids[0]).await.unwrap(),
         Some(("outputs/x".into(), "image/gif".into()))
     );
-    // Terminal: nobody claims it again.
-    let much_later = later + Duration::hours(1);
-    assert!(s
-        .claim_jobs("c", 1, much_later, much_later)
+    // Terminal: nobody claims it again, and its terminal write was once.
+    assert!(s.claim_jobs("c", 1, 60.0).await.unwrap().is_empty());
+    assert!(stale(
+        &apply(
+            s,
+            unit(&second, vec![Op::Finish(Finish::Failed(json!({})))])
+        )
         .await
-        .unwrap()
-        .is_empty());
+    ));
+    let events = s.job_events(ids[0]).await.unwrap();
+    assert_eq!(events.iter().filter(|e| e.kind == "succeeded").count(), 1);
+    assert_eq!(events.iter().filter(|e| e.kind == "failed").count(), 0);
 }
 
-async fn completed_steps_survive_a_resume(db: TestDb) {
-    let (_, ids) = jobs(&db, 1).await;
+async fn progress_survives_a_resume(db: TestDb) {
+    let (_, _ids) = jobs(&db, 1).await;
     let s = db.store();
-    let now = Utc::now();
-    let first = s
-        .claim_jobs("a", 1, now + Duration::seconds(1), now)
-        .await
-        .unwrap()
-        .remove(0);
-    s.complete_step(ids[0], first.token, "reserve", &json!({"usd": "0.04"}), now)
-        .await
-        .unwrap();
-    // The worker dies; another resumes after the lease.
-    let later = now + Duration::seconds(5);
-    let second = s
-        .claim_jobs("b", 1, later + Duration::seconds(60), later)
-        .await
-        .unwrap()
-        .remove(0);
-    let steps = s.steps(ids[0]).await.unwrap();
+    let first = s.claim_jobs("a", 1, 0.3).await.unwrap().remove(0);
+    assert_eq!(first.job.progress, Progress::default());
+    let p = Progress {
+        readiness: Some(Readiness {
+            region_fraction: 0.25,
+        }),
+        ..Progress::default()
+    };
+    let step = Op::Event {
+        kind: "step".into(),
+        detail: json!({"step": "readiness"}),
+    };
+    assert!(matches!(
+        apply(s, unit(&first, vec![Op::Progress(p.clone()), step])).await,
+        Applied::Done(None)
+    ));
+    // The worker dies; another resumes after the lease with the progress.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let second = s.claim_jobs("b", 1, 60.0).await.unwrap().remove(0);
+    assert_eq!(second.job.progress, p);
+    let events = s.job_events(second.job.id).await.unwrap();
+    let steps: Vec<_> = events.iter().filter(|e| e.kind == "step").collect();
     assert_eq!(steps.len(), 1);
-    assert_eq!(
-        (steps[0].step.as_str(), &steps[0].output),
-        ("reserve", &json!({"usd": "0.04"}))
-    );
-    // Writing the same step again records nothing new.
-    s.complete_step(
-        ids[0],
-        second.token,
-        "reserve",
-        &json!({"usd": "9.99"}),
-        later,
-    )
-    .await
-    .unwrap();
-    let steps = s.steps(ids[0]).await.unwrap();
-    assert_eq!(steps.len(), 1);
-    assert_eq!(steps[0].output, json!({"usd": "0.04"}));
-    // The timeline has the step once, written with it.
-    let events = s.job_events(ids[0]).await.unwrap();
-    let step_events: Vec<_> = events.iter().filter(|e| e.kind == "step").collect();
-    assert_eq!(step_events.len(), 1);
-    assert_eq!(step_events[0].detail, json!({"step": "reserve"}));
+    assert_eq!(steps[0].detail, json!({"step": "readiness"}));
+    // Given back: queued again, and the timeline says so.
+    assert!(matches!(
+        apply(s, unit(&second, vec![Op::Release])).await,
+        Applied::Done(None)
+    ));
+    let j = s.job(second.job.id).await.unwrap().unwrap();
+    assert_eq!(j.status, JobStatus::Queued);
+    assert_eq!(j.progress, p);
+    let events = s.job_events(j.id).await.unwrap();
+    assert!(events.iter().any(|e| e.kind == "released"));
 }
 
 async fn cancel_wins_over_a_running_worker(db: TestDb) {
     let (u, ids) = jobs(&db, 1).await;
     let s = db.store();
-    let now = Utc::now();
-    let claim = s
-        .claim_jobs("a", 1, now + Duration::seconds(60), now)
-        .await
-        .unwrap()
-        .remove(0);
-    let cancelled = s.cancel_job(ids[0], now).await.unwrap().unwrap();
+    let claim = s.claim_jobs("a", 1, 60.0).await.unwrap().remove(0);
+    let day = Utc::now().date_naive();
+    let hold = Hold {
+        day,
+        amount: usd("0.04"),
+        default_cap: usd("50"),
+    };
+    let a = attempt(ids[0], 1, Some(hold));
+    apply(s, unit(&claim, vec![Op::BeginAttempt(a)])).await;
+    let cancelled = s.cancel_job(ids[0], Utc::now()).await.unwrap().unwrap();
     assert_eq!(cancelled.status, JobStatus::Cancelled);
-    assert!(matches!(
-        s.complete_step(ids[0], claim.token, "generate", &json!({}), now)
-            .await,
-        Err(StoreError::StaleClaim)
-    ));
-    assert!(matches!(
-        s.finish_claimed(ids[0], claim.token, &Outcome::Succeeded, None, None, now)
-            .await,
-        Err(StoreError::StaleClaim)
+    // The run's writes are refused from now on.
+    assert!(stale(
+        &apply(
+            s,
+            unit(
+                &claim,
+                vec![Op::Finish(Finish::Succeeded {
+                    output_key: "outputs/x".into(),
+                    content_type: "image/png".into(),
+                    review: None,
+                })]
+            )
+        )
+        .await
     ));
     let balance = db.tollgate.user(u.id).await.unwrap().balance;
     assert_eq!(balance, Credits(10_000), "the cancel refunded the job");
     assert_eq!(s.ledger_sum(u.id).await.unwrap(), balance);
+    assert!(!db.tollgate.refund(ids[0]).await.unwrap(), "refunded once");
+    // The attempt may have been paid: its hold is booked at the estimate.
+    let d = s.budget_day(day, usd("50")).await.unwrap();
+    assert_eq!((d.used_usd, d.reserved_usd), (usd("0.04"), Usd::ZERO));
 }
 
 async fn attempts_keep_null_costs_and_first_outcomes(db: TestDb) {
     let (_, ids) = jobs(&db, 1).await;
     let s = db.store();
-    let now = Utc::now();
-    let claim = s
-        .claim_jobs("a", 1, now + Duration::seconds(60), now)
-        .await
-        .unwrap()
-        .remove(0);
-    let mk = |n: i32| NewAttempt {
-        id: uuid::Uuid::new_v4(),
-        job_id: ids[0],
-        provider: "http".into(),
-        model: "mock-edit".into(),
-        attempt_no: n,
-        idempotency_key: format!("{}:{n}", ids[0]),
-        started_at: now,
-    };
-    let (a1, a2) = (mk(1), mk(2));
-    s.begin_attempt(&a1, claim.token).await.unwrap();
-    s.begin_attempt(&a2, claim.token).await.unwrap();
-    assert!(
-        s.begin_attempt(&mk(1), claim.token).await.is_err(),
-        "(job, provider, attempt) is unique"
+    let claim = s.claim_jobs("a", 1, 60.0).await.unwrap().remove(0);
+    let (a1, a2) = (attempt(ids[0], 1, None), attempt(ids[0], 2, None));
+    let begun = apply(
+        s,
+        unit(
+            &claim,
+            vec![Op::BeginAttempt(a1.clone()), Op::BeginAttempt(a2.clone())],
+        ),
+    )
+    .await;
+    assert!(matches!(begun, Applied::Done(None)), "{begun:?}");
+    let dup = s
+        .apply_one(unit(
+            &claim,
+            vec![Op::BeginAttempt(attempt(ids[0], 1, None))],
+        ))
+        .await;
+    assert!(dup.is_err(), "(job, provider, attempt) is unique: {dup:?}");
+    let mut failed = outcome(AttemptEnd::Failed, None);
+    failed.provider_job_id = Some("pred_1".into());
+    failed.error_class = Some("rate_limited".into());
+    let mut ok = outcome(
+        AttemptEnd::Succeeded,
+        Some(("0.123456", CostSource::Quoted)),
     );
-    let failed = AttemptOutcome {
-        state: "failed",
-        provider_job_id: Some("pred_1".into()),
-        error_class: Some("rate_limited".into()),
-        error: Some("429".into()),
-        duration_ms: 12,
-        usage: None,
-        cost_usd: None,
-        cost_source: None,
-        finished_at: now,
-    };
-    s.end_attempt(a1.id, &failed).await.unwrap();
-    let ok = AttemptOutcome {
-        state: "succeeded",
-        provider_job_id: Some("pred_2".into()),
-        error_class: None,
-        error: None,
-        duration_ms: 40,
-        usage: Some(json!({"seconds": 2})),
-        cost_usd: Some(usd("0.123456")),
-        cost_source: Some("quoted"),
-        finished_at: now,
-    };
-    s.end_attempt(a2.id, &ok).await.unwrap();
-    // A repeated report refreshes telemetry and leaves outcome and timing alone.
-    let again = AttemptOutcome {
-        state: "failed",
-        duration_ms: 999,
-        ..ok.clone()
-    };
-    s.end_attempt(a2.id, &again).await.unwrap();
+    ok.usage = Some(json!({"seconds": 2}));
+    ok.duration_ms = 40;
+    apply(
+        s,
+        unit(
+            &claim,
+            vec![
+                Op::EndAttempt {
+                    attempt: a1.id,
+                    outcome: failed,
+                },
+                Op::EndAttempt {
+                    attempt: a2.id,
+                    outcome: ok.clone(),
+                },
+            ],
+        ),
+    )
+    .await;
+    // A repeated report leaves outcome and timing alone; telemetry only
+    // fills in what was unknown.
+    let mut again = outcome(AttemptEnd::Failed, Some(("9.99", CostSource::Quoted)));
+    again.duration_ms = 999;
+    let mut late_cost = outcome(AttemptEnd::Succeeded, Some(("0.05", CostSource::Quoted)));
+    late_cost.usage = Some(json!({"late": true}));
+    apply(
+        s,
+        unit(
+            &claim,
+            vec![
+                Op::EndAttempt {
+                    attempt: a2.id,
+                    outcome: again,
+                },
+                Op::EndAttempt {
+                    attempt: a1.id,
+                    outcome: late_cost,
+                },
+            ],
+        ),
+    )
+    .await;
     let list = s.attempts(ids[0]).await.unwrap();
     assert_eq!(list.len(), 2);
     let first = list.iter().find(|a| a.attempt_no == 1).unwrap();
-    assert_eq!(first.cost_usd, None, "unpriced stays NULL, never 0");
-    assert_eq!(first.cost_source, None);
+    assert_eq!(first.state, AttemptState::Failed);
     assert_eq!(first.error_class.as_deref(), Some("rate_limited"));
+    assert_eq!(first.provider_job_id.as_deref(), Some("pred_1"));
+    assert_eq!(
+        (first.cost_usd, first.cost_source),
+        (Some(usd("0.05")), Some(CostSource::Quoted)),
+        "a cost learned later fills in the unknown one"
+    );
     let second = list.iter().find(|a| a.attempt_no == 2).unwrap();
-    assert_eq!(second.state, "succeeded");
+    assert_eq!(second.state, AttemptState::Succeeded);
     assert_eq!(second.duration_ms, Some(40));
-    assert_eq!(second.cost_usd.unwrap().to_string(), "0.123456");
+    assert_eq!(second.cost_usd, Some(usd("0.123456")), "a known cost stays");
     assert_eq!(second.usage, Some(json!({"seconds": 2})));
+
+    // Unpriced stays NULL, never 0.
+    let a3 = attempt(ids[0], 3, None);
+    apply(
+        s,
+        unit(
+            &claim,
+            vec![
+                Op::BeginAttempt(a3.clone()),
+                Op::EndAttempt {
+                    attempt: a3.id,
+                    outcome: outcome(AttemptEnd::Succeeded, None),
+                },
+            ],
+        ),
+    )
+    .await;
+    let third = s.attempts(ids[0]).await.unwrap().remove(2);
+    assert_eq!((third.cost_usd, third.cost_source), (None, None));
 }
 
-async fn the_breaker_holds_the_cap(db: TestDb) {
+async fn the_breaker_holds_the_cap_one_hold_per_attempt(db: TestDb) {
     let (_, ids) = jobs(&db, 4).await;
     let s = db.store();
-    let now = Utc::now();
     let day = NaiveDate::from_ymd_opt(2026, 11, 30).unwrap();
     let cap = usd("0.100000");
-    let claims = s
-        .claim_jobs("a", 4, now + Duration::seconds(60), now)
-        .await
-        .unwrap();
-    let token = |id: JobId| claims.iter().find(|c| c.job.id == id).unwrap().token;
-    assert!(s
-        .reserve(ids[0], token(ids[0]), day, cap, usd("0.04"), now)
-        .await
-        .unwrap());
-    assert!(
-        s.reserve(ids[0], token(ids[0]), day, cap, usd("0.04"), now)
-            .await
-            .unwrap(),
-        "asking again is the same hold"
-    );
-    assert!(s
-        .reserve(ids[1], token(ids[1]), day, cap, usd("0.06"), now)
-        .await
-        .unwrap());
-    assert!(
-        !s.reserve(ids[2], token(ids[2]), day, cap, usd("0.000001"), now)
-            .await
-            .unwrap(),
-        "over the cap"
-    );
+    let hold = |amount: &str| {
+        Some(Hold {
+            day,
+            amount: usd(amount),
+            default_cap: cap,
+        })
+    };
+    let claims = s.claim_jobs("a", 4, 60.0).await.unwrap();
+    let claim = |id: JobId| claims.iter().find(|c| c.job.id == id).unwrap();
+    // Reading a day nobody reserved against writes nothing.
     let d = s.budget_day(day, cap).await.unwrap();
-    assert_eq!(
-        (d.used_usd.to_string(), d.reserved_usd.to_string()),
-        ("0.000000".into(), "0.100000".into())
-    );
-    // A real cost settles below the estimate; an unknown one stays at it.
-    assert!(s.settle(ids[0], Some(usd("0.01")), now).await.unwrap());
-    assert!(
-        !s.settle(ids[0], Some(usd("0.01")), now).await.unwrap(),
-        "settling twice changes nothing"
-    );
-    assert!(s.settle(ids[1], None, now).await.unwrap());
+    assert_eq!((d.cap_usd, d.used_usd, d.halted), (cap, Usd::ZERO, false));
+    let a1 = attempt(ids[0], 1, hold("0.04"));
+    let a2 = attempt(ids[0], 2, hold("0.04"));
+    let b1 = attempt(ids[1], 1, hold("0.02"));
+    for (id, a) in [(ids[0], &a1), (ids[0], &a2), (ids[1], &b1)] {
+        let r = apply(s, unit(claim(id), vec![Op::BeginAttempt(a.clone())])).await;
+        assert!(matches!(r, Applied::Done(None)), "{r:?}");
+    }
+    // 0.10 reserved: not a millionth more.
+    let over = apply(
+        s,
+        unit(
+            claim(ids[2]),
+            vec![Op::BeginAttempt(attempt(ids[2], 1, hold("0.000001")))],
+        ),
+    )
+    .await;
+    assert!(matches!(over, Applied::Refused), "{over:?}");
     let d = s.budget_day(day, cap).await.unwrap();
+    assert_eq!((d.used_usd, d.reserved_usd), (Usd::ZERO, usd("0.10")));
+    // A real cost settles below the estimate; an unknown one stays at it;
+    // a refusal that created nothing settles at zero.
+    let ended = [
+        (
+            &a1,
+            outcome(AttemptEnd::Failed, Some(("0.01", CostSource::Quoted))),
+        ),
+        (&a2, outcome(AttemptEnd::Succeeded, None)),
+        (
+            &b1,
+            outcome(AttemptEnd::Failed, Some(("0", CostSource::Derived))),
+        ),
+    ];
+    for (a, o) in ended {
+        let id = a.job_id;
+        apply(
+            s,
+            unit(
+                claim(id),
+                vec![Op::EndAttempt {
+                    attempt: a.id,
+                    outcome: o,
+                }],
+            ),
+        )
+        .await;
+    }
+    let d = s.budget_day(day, cap).await.unwrap();
+    assert_eq!((d.used_usd, d.reserved_usd), (usd("0.05"), Usd::ZERO));
+    // A terminal write settles every hold left: an open attempt's at the
+    // estimate (it may have been paid).
+    let c1 = attempt(ids[2], 1, hold("0.03"));
+    apply(s, unit(claim(ids[2]), vec![Op::BeginAttempt(c1.clone())])).await;
+    apply(
+        s,
+        unit(
+            claim(ids[2]),
+            vec![Op::Finish(Finish::Failed(json!({"code": "X"})))],
+        ),
+    )
+    .await;
+    let d = s.budget_day(day, cap).await.unwrap();
+    assert_eq!((d.used_usd, d.reserved_usd), (usd("0.08"), Usd::ZERO));
+    let c = s.attempts(ids[2]).await.unwrap().remove(0);
+    assert_eq!((c.cost_usd, c.settled_usd), (None, Some(usd("0.03"))));
+    // Halted: nothing more, however small; who and why are kept.
+    let halt = tollgate::store::Halt {
+        halted: true,
+        reason: Some("bill review".into()),
+        by: None,
+        at: Utc::now(),
+    };
+    let d = s.set_budget(day, cap, None, Some(&halt)).await.unwrap();
     assert_eq!(
-        (d.used_usd.to_string(), d.reserved_usd.to_string()),
-        ("0.070000".into(), "0.000000".into())
+        (d.halted, d.halted_reason.as_deref()),
+        (true, Some("bill review"))
     );
-    assert!(s
-        .reserve(ids[2], token(ids[2]), day, cap, usd("0.03"), now)
-        .await
-        .unwrap());
-    // Halted: nothing more, however small.
-    s.set_budget(day, cap, None, Some(true)).await.unwrap();
-    assert!(!s
-        .reserve(ids[3], token(ids[3]), day, cap, usd("0.000001"), now)
-        .await
-        .unwrap());
+    let r = apply(
+        s,
+        unit(
+            claim(ids[3]),
+            vec![Op::BeginAttempt(attempt(ids[3], 1, hold("0.000001")))],
+        ),
+    )
+    .await;
+    assert!(matches!(r, Applied::Refused));
+    let resume = tollgate::store::Halt {
+        halted: false,
+        reason: None,
+        by: None,
+        at: Utc::now(),
+    };
     let d = s
-        .set_budget(day, cap, Some(usd("5.00")), Some(false))
+        .set_budget(day, cap, Some(usd("5.00")), Some(&resume))
         .await
         .unwrap();
     assert!(!d.halted);
     assert_eq!(d.cap_usd.to_string(), "5.000000");
-    assert!(s
-        .reserve(ids[3], token(ids[3]), day, cap, usd("0.02"), now)
-        .await
-        .unwrap());
+    let r = apply(
+        s,
+        unit(
+            claim(ids[3]),
+            vec![Op::BeginAttempt(attempt(ids[3], 1, hold("0.02")))],
+        ),
+    )
+    .await;
+    assert!(matches!(r, Applied::Done(None)));
+    // The day's counters are the sums over its attempts.
+    let mut used = Usd::ZERO;
+    let mut reserved = Usd::ZERO;
+    for id in &ids {
+        for a in s.attempts(*id).await.unwrap() {
+            match (a.hold_usd, a.settled_usd) {
+                (Some(_), Some(settled)) => used = used.plus(settled),
+                (Some(h), None) => reserved = reserved.plus(h),
+                _ => {}
+            }
+        }
+    }
+    let d = s.budget_day(day, cap).await.unwrap();
+    assert_eq!((d.used_usd, d.reserved_usd), (used, reserved));
+}
+
+async fn racing_paid_calls_at_the_cap_never_go_over(db: TestDb) {
+    let (_, _) = jobs(&db, 100).await;
+    let s = db.store();
+    let claims = s.claim_jobs("a", 100, 60.0).await.unwrap();
+    assert_eq!(claims.len(), 100);
+    let day = Utc::now().date_naive();
+    let cap = usd("0.50");
+    let barrier = Arc::new(Barrier::new(claims.len()));
+    let mut tasks = Vec::new();
+    for c in claims {
+        let (s, b) = (s.clone(), barrier.clone());
+        tasks.push(tokio::spawn(async move {
+            let a = attempt(
+                c.job.id,
+                1,
+                Some(Hold {
+                    day,
+                    amount: usd("0.01"),
+                    default_cap: cap,
+                }),
+            );
+            b.wait().await;
+            s.apply_one(unit(&c, vec![Op::BeginAttempt(a)]))
+                .await
+                .unwrap()
+        }));
+    }
+    let mut held = 0;
+    for t in tasks {
+        if matches!(t.await.unwrap(), Applied::Done(_)) {
+            held += 1;
+        }
+    }
+    assert_eq!(held, 50, "exactly what the cap holds");
+    let d = s.budget_day(day, cap).await.unwrap();
+    assert_eq!((d.used_usd, d.reserved_usd), (Usd::ZERO, cap));
+}
+
+async fn a_group_commit_refuses_a_stale_unit_alone(db: TestDb) {
+    let (_, ids) = jobs(&db, 3).await;
+    let s = db.store();
+    let claims = s.claim_jobs("a", 3, 60.0).await.unwrap();
+    s.cancel_job(claims[1].job.id, Utc::now()).await.unwrap();
+    let units: Vec<Unit> = claims
+        .iter()
+        .map(|c| unit(c, vec![Op::BeginAttempt(attempt(c.job.id, 1, None))]))
+        .collect();
+    let results = s.apply(&units).await;
+    let results: Vec<Applied> = results.into_iter().map(Result::unwrap).collect();
+    assert!(matches!(results[0], Applied::Done(None)));
+    assert!(stale(&results[1]));
+    assert!(matches!(results[2], Applied::Done(None)));
+    let counts: Vec<usize> = {
+        let mut v = Vec::new();
+        for c in &claims {
+            v.push(s.attempts(c.job.id).await.unwrap().len());
+        }
+        v
+    };
+    assert_eq!(counts, [1, 0, 1]);
+    assert_eq!(ids.len(), 3);
+}
+
+async fn a_failing_unit_does_not_sink_its_group(db: TestDb) {
+    let (_, _) = jobs(&db, 2).await;
+    let s = db.store();
+    let claims = s.claim_jobs("a", 2, 60.0).await.unwrap();
+    let first = attempt(claims[0].job.id, 1, None);
+    apply(s, unit(&claims[0], vec![Op::BeginAttempt(first)])).await;
+    // The same attempt number again is a unique violation: that unit fails,
+    // the other commits.
+    let units = [
+        unit(
+            &claims[0],
+            vec![Op::BeginAttempt(attempt(claims[0].job.id, 1, None))],
+        ),
+        unit(
+            &claims[1],
+            vec![Op::BeginAttempt(attempt(claims[1].job.id, 1, None))],
+        ),
+    ];
+    let results = s.apply(&units).await;
+    assert!(results[0].is_err(), "{:?}", results[0]);
+    assert!(matches!(results[1], Ok(Applied::Done(None))));
+    assert_eq!(s.attempts(claims[1].job.id).await.unwrap().len(), 1);
+    assert_eq!(s.attempts(claims[0].job.id).await.unwrap().len(), 1);
 }

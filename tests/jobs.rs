@@ -8,7 +8,7 @@ use std::sync::Arc;
 use tokio::sync::Barrier;
 use tollgate::both_backends;
 use tollgate::model::{Credits, JobStatus, Role};
-use tollgate::store::{Outcome, User};
+use tollgate::store::{Applied, Finish, Op, Unit, User};
 use tollgate::testkit::TestDb;
 
 const PASSWORD: &str = "correct horse battery";
@@ -338,18 +338,32 @@ async fn a_refund_never_follows_a_job_that_finished_first(db: TestDb) {
                     .status()
             }));
         }
-        let (store, b) = (a.db.store().clone(), barrier.clone());
-        let finisher = tokio::spawn(async move {
-            b.wait().await;
-            store
-                .finish_job(id, &Outcome::Succeeded, chrono::Utc::now())
+        // A worker holds the job and writes its success as the cancels land.
+        let claim =
+            a.db.store()
+                .claim_jobs("w", 1, 60.0)
                 .await
                 .unwrap()
+                .remove(0);
+        assert_eq!(claim.job.id, id);
+        let (store, b) = (a.db.store().clone(), barrier.clone());
+        let finisher = tokio::spawn(async move {
+            let finish = Unit {
+                job: id,
+                token: claim.token,
+                ops: vec![Op::Finish(Finish::Succeeded {
+                    output_key: format!("outputs/{id}"),
+                    content_type: "image/png".into(),
+                    review: None,
+                })],
+            };
+            b.wait().await;
+            store.apply_one(finish).await.unwrap()
         });
         for t in tasks {
             assert_eq!(t.await.unwrap(), StatusCode::OK);
         }
-        let finished_first = finisher.await.unwrap().is_some();
+        let finished_first = matches!(finisher.await.unwrap(), Applied::Done(Some(_)));
         let stored = a.db.store().job(id).await.unwrap().unwrap();
         let refunded =
             a.db.store()

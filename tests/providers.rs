@@ -7,7 +7,8 @@ use chrono::Utc;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 use tollgate::both_backends;
-use tollgate::model::{Credits, JobId, JobStatus, Role, Usd};
+use tollgate::model::AttemptState;
+use tollgate::model::{CostSource, Credits, JobId, JobStatus, Role, Usd};
 use tollgate::providers::mock::{MockConfig, MockProvider};
 use tollgate::store::{Job, ParkedStage, User};
 use tollgate::testkit::TestDb;
@@ -107,7 +108,13 @@ async fn balance(db: &TestDb, u: &User) -> Credits {
 fn classes(attempts: &[tollgate::store::Attempt]) -> Vec<(String, String, Option<String>)> {
     attempts
         .iter()
-        .map(|a| (a.model.clone(), a.state.clone(), a.error_class.clone()))
+        .map(|a| {
+            (
+                a.model.clone(),
+                a.state.as_str().to_string(),
+                a.error_class.clone(),
+            )
+        })
         .collect()
 }
 
@@ -151,7 +158,9 @@ async fn a_cancel_mid_poll_stops_the_run_and_books_the_estimate(db: TestDb) {
     let engine = tollgate::engine::start(db.tollgate.clone(), 1);
     for _ in 0..200 {
         let a = db.store().attempts(id).await.unwrap();
-        if a.first().is_some_and(|a| a.state == "submitted") {
+        if a.first()
+            .is_some_and(|a| a.state == AttemptState::Submitted)
+        {
             break;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -190,7 +199,7 @@ async fn an_http_edit_is_paid_once_with_a_quoted_cost(db: TestDb) {
     assert_eq!(job.status, JobStatus::Succeeded, "{:?}", job.error);
     let a = db.store().attempts(id).await.unwrap();
     assert_eq!(a.len(), 1);
-    assert_eq!(a[0].state, "succeeded");
+    assert_eq!(a[0].state, AttemptState::Succeeded);
     assert_eq!(a[0].provider, "http");
     assert_eq!(a[0].idempotency_key, format!("{id}:1"));
     assert!(a[0]
@@ -199,7 +208,7 @@ async fn an_http_edit_is_paid_once_with_a_quoted_cost(db: TestDb) {
         .unwrap()
         .starts_with("pred_"));
     assert_eq!(a[0].cost_usd, Some(usd("0.12")));
-    assert_eq!(a[0].cost_source.as_deref(), Some("quoted"));
+    assert_eq!(a[0].cost_source, Some(CostSource::Quoted));
     let s = stats(&base).await;
     assert_eq!(s["paid_predictions"], 1);
     assert_eq!(s["by_idempotency_key"][format!("{id}:1")], 1);
@@ -242,7 +251,6 @@ async fn an_http_edit_is_paid_once_with_a_quoted_cost(db: TestDb) {
     for k in [
         "created",
         "claimed",
-        "reserved",
         "attempt",
         "submitted",
         "attempt_ended",
@@ -347,7 +355,7 @@ async fn unavailable_falls_back_only_where_allowed(db: TestDb) {
     let toml = model(
         "m",
         &base,
-        "default = true\nfallback = [\"b\"]\nfallback_on = [\"unavailable\"]",
+        "default = true\nfallback = [\"b\"]\nfallback_on = [\"unavailable\"]\nsubmit_503 = \"not_created\"",
     ) + &model("b", &backup, "")
         + &model(
             "n",
@@ -375,7 +383,7 @@ async fn unavailable_falls_back_only_where_allowed(db: TestDb) {
             &(model(
                 "n",
                 &other,
-                "default = true\nfallback = [\"b\"]\nfallback_on = [\"exhausted\"]",
+                "default = true\nfallback = [\"b\"]\nfallback_on = [\"exhausted\"]\nsubmit_503 = \"not_created\"",
             ) + &model("b", &backup, "")),
         )
         .await;
@@ -482,7 +490,7 @@ async fn a_dropped_answer_without_either_parks_and_keeps_the_hold(db: TestDb) {
     assert_eq!(stats(&base).await["paid_predictions"], 1);
     let a = db.store().attempts(id).await.unwrap();
     assert_eq!(a.len(), 1);
-    assert_eq!(a[0].state, "submitting");
+    assert_eq!(a[0].state, AttemptState::Submitting);
     let p = db.store().parked_for_job(id).await.unwrap().unwrap();
     assert_eq!(p.stage, ParkedStage::SubmissionUncertain);
     assert_eq!(p.attempt_id, Some(a[0].id));
@@ -497,12 +505,8 @@ async fn a_dropped_answer_without_either_parks_and_keeps_the_hold(db: TestDb) {
     assert_eq!(balance(&db, &u).await, Credits(100 - job.credits.get()));
     assert_eq!(held(&db).await, (Usd::ZERO, job.estimated_usd));
     // The sweeper leaves it alone: a parked job is not finished.
-    assert!(db
-        .store()
-        .held_on_finished_jobs(10)
-        .await
-        .unwrap()
-        .is_empty());
+    assert_eq!(db.store().settle_left_holds().await.unwrap(), 0);
+    assert_eq!(held(&db).await, (Usd::ZERO, job.estimated_usd));
     // /metrics shows it by stage, with its age.
     let api = db.serve_api().await;
     let text = reqwest::get(format!("{api}/metrics"))
@@ -524,9 +528,6 @@ async fn a_dropped_answer_without_either_parks_and_keeps_the_hold(db: TestDb) {
     assert_eq!(balance(&db, &u).await, Credits(100));
     assert!(db.store().parked_for_job(id).await.unwrap().is_none());
     assert!(db.store().list_parked(None, 10).await.unwrap().is_empty());
-    assert!(tollgate::engine::settle_abandoned(&db.tollgate, id)
-        .await
-        .unwrap());
     assert_eq!(held(&db).await, (job.estimated_usd, Usd::ZERO));
 }
 
@@ -572,7 +573,7 @@ async fn an_omitted_cost_is_unpriced_not_zero(db: TestDb) {
     let job = run_until_settled(&db, id).await;
     assert_eq!(job.status, JobStatus::Succeeded);
     let a = db.store().attempts(id).await.unwrap();
-    assert_eq!((a[0].cost_usd, a[0].cost_source.clone()), (None, None));
+    assert_eq!((a[0].cost_usd, a[0].cost_source), (None, None));
     // Unknown cost stays booked at the estimate.
     assert_eq!(held(&db).await, (job.estimated_usd, Usd::ZERO));
     let api = db.serve_api().await;
@@ -599,7 +600,9 @@ async fn a_shutdown_mid_poll_resumes_the_same_prediction(db: TestDb) {
     // Wait until the provider accepted it, then stop this node.
     for _ in 0..200 {
         let a = db.store().attempts(id).await.unwrap();
-        if a.first().is_some_and(|a| a.state == "submitted") {
+        if a.first()
+            .is_some_and(|a| a.state == AttemptState::Submitted)
+        {
             break;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;

@@ -2,12 +2,17 @@
 //! with the local provider, store the output, record every attempt and
 //! cent, and end each job in exactly one state, refunding failures.
 
-use chrono::{Duration as ChronoDuration, NaiveDate, Utc};
+use chrono::{NaiveDate, Utc};
 use serde_json::{json, Value};
 use std::time::Duration;
 use tollgate::both_backends;
-use tollgate::model::{Credits, JobId, JobStatus, Role, Usd};
-use tollgate::store::{Job, User};
+use tollgate::model::{
+    AttemptEnd, AttemptId, AttemptState, CostSource, Credits, JobId, JobStatus, Progress,
+    Purpose as AttemptPurpose, Readiness, Role, Usd, Verdict,
+};
+use tollgate::store::{
+    Applied, AttemptOutcome, Claim, Halt, Hold, Job, NewAttempt, Op, Purpose, Unit, User,
+};
 use tollgate::testkit::TestDb;
 
 fn photo() -> Vec<u8> {
@@ -63,6 +68,46 @@ async fn settled(db: &TestDb, id: JobId) -> Job {
     panic!("job {id} did not finish in 30 s");
 }
 
+fn local_attempt(claim: &Claim, n: i32) -> NewAttempt {
+    let id = claim.job.id;
+    NewAttempt {
+        id: AttemptId::new(),
+        job_id: id,
+        purpose: AttemptPurpose::Generate,
+        provider: "local".into(),
+        endpoint: None,
+        model: "local-edit".into(),
+        attempt_no: n,
+        idempotency_key: format!("{id}:{n}"),
+        hold: Some(Hold {
+            day: Utc::now().date_naive(),
+            amount: claim.job.estimated_usd,
+            default_cap: Usd::parse("50").unwrap(),
+        }),
+        started_at: Utc::now(),
+    }
+}
+
+async fn commit(db: &TestDb, claim: &Claim, ops: Vec<Op>) -> Applied {
+    db.store()
+        .apply_one(Unit {
+            job: claim.job.id,
+            token: claim.token,
+            ops,
+        })
+        .await
+        .unwrap()
+}
+
+fn units_committed(db: &TestDb) -> u64 {
+    db.store()
+        .counters()
+        .into_iter()
+        .find(|c| c.0 == Purpose::Units)
+        .map(|c| c.1)
+        .unwrap_or(0)
+}
+
 both_backends!(
     an_edit_runs_to_success_with_its_output_and_costs,
     a_video_renders_a_clip,
@@ -70,7 +115,7 @@ both_backends!(
     a_halted_day_pauses_spending_and_refunds,
     a_resumed_job_skips_its_completed_steps,
     a_dead_runs_attempt_is_closed_not_reused,
-    a_cancel_mid_run_settles_the_hold,
+    a_cancel_mid_run_settles_the_holds,
 );
 
 async fn an_edit_runs_to_success_with_its_output_and_costs(db: TestDb) {
@@ -82,11 +127,15 @@ async fn an_edit_runs_to_success_with_its_output_and_costs(db: TestDb) {
         json!({"kind": "pet", "description": "the dog"}),
     )
     .await;
+    let before = units_committed(&db);
     let engine = tollgate::engine::start(db.tollgate.clone(), 2);
     let job = settled(&db, id).await;
     engine.shutdown().await;
     assert_eq!(job.status, JobStatus::Succeeded, "{:?}", job.error);
-    assert_eq!(job.review.as_ref().unwrap()["verdict"], "passed");
+    // The local provider answers in the call: no prediction id to record,
+    // so the whole job is two units (before the call, and the end).
+    assert_eq!(units_committed(&db) - before, 2);
+    assert_eq!(job.review.as_ref().unwrap().verdict, Verdict::Passed);
     let (key, ct) = db.store().job_output(id).await.unwrap().unwrap();
     assert_eq!(ct, "image/png");
     let meta = db
@@ -99,9 +148,10 @@ async fn an_edit_runs_to_success_with_its_output_and_costs(db: TestDb) {
     assert_eq!(meta.written_by, format!("job:{id}"));
     let attempts = db.store().attempts(id).await.unwrap();
     assert_eq!(attempts.len(), 1);
-    assert_eq!(attempts[0].state, "succeeded");
-    assert_eq!(attempts[0].cost_source.as_deref(), Some("derived"));
+    assert_eq!(attempts[0].state, AttemptState::Succeeded);
+    assert_eq!(attempts[0].cost_source, Some(CostSource::Derived));
     assert_eq!(attempts[0].cost_usd, Some(job.estimated_usd));
+    assert_eq!(attempts[0].settled_usd, Some(job.estimated_usd));
     // Paid once: the charge stands, nothing refunded; the day's spend is booked.
     let user = db.tollgate.user(u.id).await.unwrap();
     assert_eq!(user.balance, Credits(10 - job.credits.get()));
@@ -121,25 +171,23 @@ async fn an_edit_runs_to_success_with_its_output_and_costs(db: TestDb) {
         .find(|a| a.0 == "local-edit" && a.1 == "succeeded")
         .unwrap();
     assert_eq!((edit.2, edit.3, edit.4), (1, job.estimated_usd, 0));
+    // Every step left its typed output, and its event on the timeline.
+    assert!(job.progress.readiness.is_some());
+    assert_eq!(job.progress.output.as_ref().unwrap().key, key);
+    assert_eq!(
+        job.progress.review.as_ref().unwrap().verdict,
+        Verdict::Passed
+    );
     let steps: Vec<String> = db
         .store()
-        .steps(id)
+        .job_events(id)
         .await
         .unwrap()
         .into_iter()
-        .map(|s| s.step)
+        .filter(|e| e.kind == "step")
+        .map(|e| e.detail["step"].as_str().unwrap().to_string())
         .collect();
-    assert_eq!(
-        steps,
-        [
-            "reserve",
-            "readiness",
-            "generate",
-            "store_output",
-            "review",
-            "settle"
-        ]
-    );
+    assert_eq!(steps, ["readiness", "generate", "review"]);
 }
 
 async fn a_video_renders_a_clip(db: TestDb) {
@@ -184,8 +232,14 @@ async fn not_ready_fails_with_questions_and_refunds(db: TestDb) {
 async fn a_halted_day_pauses_spending_and_refunds(db: TestDb) {
     let u = person(&db, 10).await;
     let today: NaiveDate = Utc::now().date_naive();
+    let halt = Halt {
+        halted: true,
+        reason: Some("checking the bill".into()),
+        by: Some(u.id),
+        at: Utc::now(),
+    };
     db.store()
-        .set_budget(today, Usd::parse("50").unwrap(), None, Some(true))
+        .set_budget(today, Usd::parse("50").unwrap(), None, Some(&halt))
         .await
         .unwrap();
     let id = edit(&db, &u, "h1", json!({"kind": "pet"})).await;
@@ -201,56 +255,39 @@ async fn a_halted_day_pauses_spending_and_refunds(db: TestDb) {
 async fn a_resumed_job_skips_its_completed_steps(db: TestDb) {
     let u = person(&db, 10).await;
     let id = edit(&db, &u, "r1", json!({"kind": "pet"})).await;
-    // A first run completes two steps, then its worker dies (lease 1 s).
-    let now = Utc::now();
+    // A first run records its readiness, then its worker dies (lease 1 s).
     let claim = db
         .store()
-        .claim_jobs("dead", 1, now + ChronoDuration::seconds(1), now)
+        .claim_jobs("dead", 1, 1.0)
         .await
         .unwrap()
         .remove(0);
-    let day = Utc::now().date_naive();
-    assert!(db
-        .store()
-        .reserve(
-            id,
-            claim.token,
-            day,
-            Usd::parse("50").unwrap(),
-            claim.job.estimated_usd,
-            now
-        )
-        .await
-        .unwrap());
-    db.store()
-        .complete_step(
-            id,
-            claim.token,
-            "reserve",
-            &json!({"day": day, "usd": claim.job.estimated_usd}),
-            now,
-        )
-        .await
-        .unwrap();
-    let marker = json!({"region_fraction": 0.123, "run": "first"});
-    db.store()
-        .complete_step(id, claim.token, "readiness", &marker, now)
-        .await
-        .unwrap();
+    let marker = Progress {
+        readiness: Some(Readiness {
+            region_fraction: 0.123,
+        }),
+        ..Progress::default()
+    };
+    commit(&db, &claim, vec![Op::Progress(marker)]).await;
     tokio::time::sleep(Duration::from_millis(1100)).await;
     let engine = tollgate::engine::start(db.tollgate.clone(), 1);
     let job = settled(&db, id).await;
     engine.shutdown().await;
     assert_eq!(job.status, JobStatus::Succeeded, "{:?}", job.error);
-    let steps = db.store().steps(id).await.unwrap();
-    let readiness = steps.iter().find(|s| s.step == "readiness").unwrap();
     assert_eq!(
-        readiness.output, marker,
+        job.progress.readiness.unwrap().region_fraction,
+        0.123,
         "a completed step is never run again"
     );
     let events = db.store().job_events(id).await.unwrap();
-    let reserved = events.iter().filter(|e| e.kind == "reserved").count();
-    assert_eq!(reserved, 1, "one reservation across both runs");
+    let readiness_runs = events
+        .iter()
+        .filter(|e| e.kind == "step" && e.detail["step"] == "readiness")
+        .count();
+    assert_eq!(
+        readiness_runs, 0,
+        "the first run deferred it; it was not re-run"
+    );
     let claims: Vec<i64> = events
         .iter()
         .filter(|e| e.kind == "claimed")
@@ -259,7 +296,7 @@ async fn a_resumed_job_skips_its_completed_steps(db: TestDb) {
     assert_eq!(claims, [1, 2]);
     let day = db
         .store()
-        .budget_day(day, Usd::parse("50").unwrap())
+        .budget_day(Utc::now().date_naive(), Usd::parse("50").unwrap())
         .await
         .unwrap();
     assert_eq!(
@@ -272,26 +309,14 @@ async fn a_dead_runs_attempt_is_closed_not_reused(db: TestDb) {
     let u = person(&db, 10).await;
     let id = edit(&db, &u, "d1", json!({"kind": "pet"})).await;
     // A run gets as far as writing its attempt down, then dies (lease 1 s).
-    let now = Utc::now();
     let claim = db
         .store()
-        .claim_jobs("dead", 1, now + ChronoDuration::seconds(1), now)
+        .claim_jobs("dead", 1, 1.0)
         .await
         .unwrap()
         .remove(0);
-    let attempt = tollgate::store::NewAttempt {
-        id: uuid::Uuid::new_v4(),
-        job_id: id,
-        provider: "local".into(),
-        model: "local-edit".into(),
-        attempt_no: 1,
-        idempotency_key: format!("{id}:1"),
-        started_at: now,
-    };
-    db.store()
-        .begin_attempt(&attempt, claim.token)
-        .await
-        .unwrap();
+    let first = local_attempt(&claim, 1);
+    commit(&db, &claim, vec![Op::BeginAttempt(first)]).await;
     tokio::time::sleep(Duration::from_millis(1100)).await;
     let engine = tollgate::engine::start(db.tollgate.clone(), 1);
     let job = settled(&db, id).await;
@@ -301,74 +326,81 @@ async fn a_dead_runs_attempt_is_closed_not_reused(db: TestDb) {
     assert_eq!(attempts.len(), 2, "every attempt is kept");
     let first = attempts.iter().find(|a| a.attempt_no == 1).unwrap();
     assert_eq!(
-        (first.state.as_str(), first.error_class.as_deref()),
-        ("failed", Some("interrupted"))
+        (first.state, first.error_class.as_deref()),
+        (AttemptState::Failed, Some("interrupted"))
     );
-    assert_eq!(first.cost_usd, None, "unknown, not zero");
+    // Local work dies with its run and creates nothing outside.
+    assert_eq!(
+        (first.cost_usd, first.settled_usd),
+        (Some(Usd::ZERO), Some(Usd::ZERO))
+    );
     let second = attempts.iter().find(|a| a.attempt_no == 2).unwrap();
-    assert_eq!(second.state, "succeeded");
-}
-
-async fn a_cancel_mid_run_settles_the_hold(db: TestDb) {
-    let u = person(&db, 10).await;
-    let id = edit(&db, &u, "c1", json!({"kind": "pet"})).await;
-    let now = Utc::now();
-    let day = now.date_naive();
-    let cap = Usd::parse("50").unwrap();
-    let claim = db
+    assert_eq!(second.state, AttemptState::Succeeded);
+    let day = db
         .store()
-        .claim_jobs("w", 1, now + ChronoDuration::seconds(60), now)
-        .await
-        .unwrap()
-        .remove(0);
-    assert!(db
-        .store()
-        .reserve(id, claim.token, day, cap, claim.job.estimated_usd, now)
-        .await
-        .unwrap());
-    let attempt = tollgate::store::NewAttempt {
-        id: uuid::Uuid::new_v4(),
-        job_id: id,
-        provider: "local".into(),
-        model: "local-edit".into(),
-        attempt_no: 1,
-        idempotency_key: format!("{id}:1"),
-        started_at: now,
-    };
-    db.store()
-        .begin_attempt(&attempt, claim.token)
+        .budget_day(Utc::now().date_naive(), Usd::parse("50").unwrap())
         .await
         .unwrap();
-    let paid = tollgate::store::AttemptOutcome {
-        state: "succeeded",
+    assert_eq!(
+        (day.used_usd, day.reserved_usd),
+        (job.estimated_usd, Usd::ZERO)
+    );
+}
+
+async fn a_cancel_mid_run_settles_the_holds(db: TestDb) {
+    let u = person(&db, 10).await;
+    let id = edit(&db, &u, "c1", json!({"kind": "pet"})).await;
+    let day = Utc::now().date_naive();
+    let cap = Usd::parse("50").unwrap();
+    let claim = db.store().claim_jobs("w", 1, 60.0).await.unwrap().remove(0);
+    let (paid, open) = (local_attempt(&claim, 1), local_attempt(&claim, 2));
+    let ended = AttemptOutcome {
+        end: AttemptEnd::Succeeded,
         provider_job_id: None,
         error_class: None,
         error: None,
         duration_ms: 5,
         usage: None,
-        cost_usd: Some(Usd::parse("0.01").unwrap()),
-        cost_source: Some("derived"),
-        finished_at: now,
+        cost: Some((Usd::parse("0.01").unwrap(), CostSource::Derived)),
+        finished_at: Utc::now(),
     };
-    db.store().end_attempt(attempt.id, &paid).await.unwrap();
-    // Not terminal yet: the hold belongs to the run.
-    assert!(!tollgate::engine::settle_abandoned(&db.tollgate, id)
-        .await
-        .unwrap());
-    // The owner cancels while the run still holds the job.
-    db.store().cancel_job(id, now).await.unwrap().unwrap();
-    assert!(tollgate::engine::settle_abandoned(&db.tollgate, id)
-        .await
-        .unwrap());
-    assert!(
-        !tollgate::engine::settle_abandoned(&db.tollgate, id)
-            .await
-            .unwrap(),
-        "settled once"
-    );
+    commit(
+        &db,
+        &claim,
+        vec![
+            Op::BeginAttempt(paid.clone()),
+            Op::EndAttempt {
+                attempt: paid.id,
+                outcome: ended,
+            },
+            Op::BeginAttempt(open),
+        ],
+    )
+    .await;
+    // The ended attempt settled at its cost; the open one still holds.
     let d = db.store().budget_day(day, cap).await.unwrap();
     assert_eq!(
         (d.used_usd, d.reserved_usd),
-        (Usd::parse("0.01").unwrap(), Usd::ZERO)
+        (Usd::parse("0.01").unwrap(), claim.job.estimated_usd)
+    );
+    // The owner cancels while the run still holds the job: the open
+    // attempt may have been paid, so its estimate is booked.
+    db.store()
+        .cancel_job(id, Utc::now())
+        .await
+        .unwrap()
+        .unwrap();
+    let d = db.store().budget_day(day, cap).await.unwrap();
+    assert_eq!(
+        (d.used_usd, d.reserved_usd),
+        (
+            Usd::parse("0.01").unwrap().plus(claim.job.estimated_usd),
+            Usd::ZERO
+        )
+    );
+    assert_eq!(
+        db.store().settle_left_holds().await.unwrap(),
+        0,
+        "settled once"
     );
 }

@@ -275,10 +275,12 @@ fn job_row(j: tollgate::store::Job) -> JobRow {
             .then(|| format!("/v1/jobs/{}/output", j.id)),
         output_content_type: j.output_content_type.clone(),
         review: j.review.as_ref().map(|r| {
-            (
-                r["verdict"].as_str().unwrap_or_default().to_string(),
-                r["notes"].as_str().unwrap_or_default().to_string(),
-            )
+            let verdict = match r.verdict {
+                tollgate::model::Verdict::Passed => "passed",
+                tollgate::model::Verdict::Issues => "issues",
+                tollgate::model::Verdict::NotVerified => "not_verified",
+            };
+            (verdict.to_string(), r.notes.clone())
         }),
         id: j.id.to_string(),
         kind: j.kind,
@@ -365,12 +367,12 @@ pub async fn load_job_detail(id: String) -> Result<JobDetail, ServerFnError> {
                 provider: a.provider,
                 model: a.model,
                 attempt_no: a.attempt_no,
-                state: a.state,
+                state: a.state.as_str().to_string(),
                 error_class: a.error_class,
                 provider_job_id: a.provider_job_id,
                 duration_ms: a.duration_ms,
                 cost_usd: a.cost_usd.map(|c| c.to_string()),
-                cost_source: a.cost_source,
+                cost_source: a.cost_source.map(|c| c.as_str().to_string()),
             })
             .collect(),
         job: job_row(job),

@@ -9,6 +9,7 @@ use serde_json::json;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use tollgate::both_backends;
+use tollgate::model::AttemptState;
 use tollgate::model::{Credits, JobId, JobStatus, Role, Usd};
 use tollgate::testkit::TestDb;
 
@@ -185,13 +186,15 @@ async fn sigkill_mid_flight_then_restart(db: TestDb) {
         assert_eq!(events.iter().filter(|e| e.kind == "succeeded").count(), 1);
         let attempts = db.store().attempts(job.id).await.unwrap();
         assert_eq!(
-            attempts.iter().filter(|a| a.state == "succeeded").count(),
+            attempts
+                .iter()
+                .filter(|a| a.state == AttemptState::Succeeded)
+                .count(),
             1,
             "{attempts:?}"
         );
-        assert!(attempts
-            .iter()
-            .all(|a| a.state == "succeeded" || a.error_class.as_deref() == Some("interrupted")));
+        assert!(attempts.iter().all(|a| a.state == AttemptState::Succeeded
+            || a.error_class.as_deref() == Some("interrupted")));
         let (key, _) = db
             .store()
             .job_output(job.id)
@@ -364,7 +367,7 @@ async fn sigkill_mid_call(db: TestDb, idempotency: bool) {
             .await
             .unwrap()
             .iter()
-            .filter(|a| a.state == "submitting")
+            .filter(|a| a.state == AttemptState::Submitting)
             .count();
     }
     assert!(open_at_kill >= 4, "the kill came too late to test anything");
@@ -407,7 +410,10 @@ async fn sigkill_mid_call(db: TestDb, idempotency: bool) {
             JobStatus::Succeeded => {
                 kept_credits += job.credits.get();
                 assert_eq!(
-                    attempts.iter().filter(|a| a.state == "succeeded").count(),
+                    attempts
+                        .iter()
+                        .filter(|a| a.state == AttemptState::Succeeded)
+                        .count(),
                     1,
                     "{attempts:?}"
                 );
@@ -422,7 +428,7 @@ async fn sigkill_mid_call(db: TestDb, idempotency: bool) {
                 assert_eq!(p.stage, tollgate::store::ParkedStage::SubmissionUncertain);
                 let open: Vec<_> = attempts
                     .iter()
-                    .filter(|a| a.state == "submitting")
+                    .filter(|a| a.state == AttemptState::Submitting)
                     .collect();
                 assert_eq!(open.len(), 1);
                 assert!(

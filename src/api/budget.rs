@@ -15,6 +15,7 @@ pub fn day_json(d: &BudgetDay) -> Value {
     json!({
         "day": d.day, "cap_usd": d.cap_usd, "used_usd": d.used_usd,
         "reserved_usd": d.reserved_usd, "halted": d.halted,
+        "halted_reason": d.halted_reason, "halted_at": d.halted_at,
     })
 }
 
@@ -43,20 +44,42 @@ pub async fn set_cap(
     )))
 }
 
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HaltBody {
+    reason: String,
+}
+
 pub async fn halt(
     State(t): State<Tollgate>,
-    _a: Authorized<AdminOnly>,
+    a: Authorized<AdminOnly>,
     Path(day): Path<String>,
+    ApiJson(body): ApiJson<HaltBody>,
 ) -> Result<Json<Value>> {
-    Ok(Json(day_json(&t.set_halted(parse_day(&day)?, true).await?)))
+    if body.reason.trim().is_empty() {
+        return Err(crate::error::Error::invalid(
+            "reason",
+            "say why spending is halted",
+        ));
+    }
+    Ok(Json(day_json(
+        &t.set_halted(
+            parse_day(&day)?,
+            true,
+            Some(&body.reason),
+            Some(a.user().id),
+        )
+        .await?,
+    )))
 }
 
 pub async fn resume(
     State(t): State<Tollgate>,
-    _a: Authorized<AdminOnly>,
+    a: Authorized<AdminOnly>,
     Path(day): Path<String>,
 ) -> Result<Json<Value>> {
     Ok(Json(day_json(
-        &t.set_halted(parse_day(&day)?, false).await?,
+        &t.set_halted(parse_day(&day)?, false, None, Some(a.user().id))
+            .await?,
     )))
 }

@@ -26,7 +26,7 @@ pub fn cost_json(attempts: &[Attempt]) -> Value {
         .fold(Usd::ZERO, |sum, c| sum.plus(c));
     let unpriced = attempts
         .iter()
-        .filter(|a| a.cost_usd.is_none() && a.state != "submitting")
+        .filter(|a| a.cost_usd.is_none() && a.state != crate::model::AttemptState::Submitting)
         .count();
     json!({ "usd": priced, "unpriced_attempts": unpriced, "attempts": attempts.len() })
 }

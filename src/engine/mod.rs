@@ -1,15 +1,21 @@
-//! Execution: workers that claim jobs (leased, fenced), run each job's
-//! fixed list of steps (a completed step is never run again), heartbeat
-//! their leases, and give held jobs back on shutdown; and a sweeper that
-//! repairs lost wake-ups by ringing for queued work on a schedule and lets
-//! expired leases be claimed again. No transaction is held across a
-//! provider call: every step is its own short write.
+//! Execution: one dispatcher per node claims jobs (leased, fenced) in
+//! batches sized to its free run slots, runs each job's steps (a completed
+//! step is never run again), heartbeats every lease it holds in one write,
+//! and gives held jobs back on shutdown; one committer applies the runs'
+//! units of work in group commits; and a sweeper repairs lost wake-ups by
+//! ringing for queued work on a schedule. No transaction is held across a
+//! provider call.
 
+mod committer;
+mod run;
 mod workflow;
 
-use crate::store::{Claim, StoreError};
+pub use committer::Committer;
+pub use run::Run;
+
+use crate::store::{Claim, Op, StoreError, Unit};
 use crate::Tollgate;
-use chrono::{Duration as ChronoDuration, Utc};
+use chrono::Utc;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
@@ -47,9 +53,11 @@ pub fn start(tollgate: Tollgate, workers: usize) -> EngineHandle {
         std::process::id(),
         &uuid::Uuid::new_v4().simple().to_string()[..8]
     );
+    let committer = Committer::start(tollgate.store().clone());
     let mut tasks = Vec::new();
     tasks.push(tokio::spawn(dispatch(
         tollgate.clone(),
+        committer,
         node.clone(),
         workers.max(1),
         stopped.clone(),
@@ -65,14 +73,18 @@ pub fn start(tollgate: Tollgate, workers: usize) -> EngineHandle {
     tasks.push(tokio::spawn(async move {
         // A lost wake-up costs at most one tick: the sweeper rings anyway,
         // and a claim also takes any job whose lease has expired. It also
-        // settles holds a dead run left on a finished job, from what the
-        // job's attempts recorded, never by calling again.
+        // settles any hold left counted for a finished job, from what its
+        // attempts recorded, never by calling again.
         let mut tick = tokio::time::interval(Duration::from_secs(5));
         loop {
             tokio::select! {
                 _ = tick.tick() => {
                     sweeper.doorbell().notify_one();
-                    sweep_holds(&sweeper).await;
+                    match sweeper.store().settle_left_holds().await {
+                        Ok(0) => {}
+                        Ok(n) => tracing::warn!(holds = n, "settled holds left on finished jobs"),
+                        Err(e) => tracing::warn!(error = %e, "settling left-over holds failed"),
+                    }
                 }
                 _ = sweeper_stop.changed() => break,
             }
@@ -83,7 +95,13 @@ pub fn start(tollgate: Tollgate, workers: usize) -> EngineHandle {
 
 /// Claims in batches up to the free run slots and runs each claim as its
 /// own task; a run waiting on a provider holds a slot, not a thread.
-async fn dispatch(t: Tollgate, node: String, workers: usize, mut stopped: watch::Receiver<bool>) {
+async fn dispatch(
+    t: Tollgate,
+    committer: Committer,
+    node: String,
+    workers: usize,
+    mut stopped: watch::Receiver<bool>,
+) {
     let slots = Arc::new(Semaphore::new(workers));
     let bell: Arc<Notify> = t.doorbell();
     let mut runs = JoinSet::new();
@@ -101,16 +119,21 @@ async fn dispatch(t: Tollgate, node: String, workers: usize, mut stopped: watch:
             continue;
         }
         let n = free.min(CLAIM_BATCH);
-        let now = Utc::now();
-        let until = now + ChronoDuration::seconds(t.config().lease_s);
-        match t.store().claim_jobs(&node, n as i64, until, now).await {
+        let lease_s = t.config().lease_s as f64;
+        match t.store().claim_jobs(&node, n as i64, lease_s).await {
             Ok(claims) if !claims.is_empty() => {
                 let full = claims.len() == n;
                 for claim in claims {
                     let Ok(permit) = slots.clone().acquire_owned().await else {
                         break;
                     };
-                    runs.spawn(run_claim(t.clone(), claim, stopped.clone(), permit));
+                    runs.spawn(run_claim(
+                        t.clone(),
+                        committer.clone(),
+                        claim,
+                        stopped.clone(),
+                        permit,
+                    ));
                 }
                 if full {
                     continue;
@@ -144,8 +167,7 @@ async fn heartbeat(t: Tollgate, node: String, mut stopped: watch::Receiver<bool>
     loop {
         tokio::select! {
             _ = tick.tick() => {
-                let until = Utc::now() + ChronoDuration::seconds(lease_s);
-                if let Err(e) = t.store().heartbeat_owner(&node, until).await {
+                if let Err(e) = t.store().heartbeat_owner(&node, lease_s as f64).await {
                     tracing::warn!(%node, error = %e, "heartbeat failed");
                 }
             }
@@ -187,6 +209,7 @@ async fn listen(t: Tollgate, mut stopped: watch::Receiver<bool>) {
 
 async fn run_claim(
     t: Tollgate,
+    committer: Committer,
     claim: Claim,
     stopped: watch::Receiver<bool>,
     _slot: OwnedSemaphorePermit,
@@ -197,14 +220,13 @@ async fn run_claim(
     // instead of leaving it leased (and heartbeated) by this node.
     let inner = {
         let t = t.clone();
-        let fut = async move {
-            let mut stopped = stopped;
-            workflow::run(&t, &claim, &mut stopped).await
-        };
-        tokio::spawn(fut)
+        tokio::spawn(async move {
+            let mut run = Run::new(&t, &claim, &committer, stopped);
+            workflow::run(&mut run).await
+        })
     };
-    match inner.await {
-        Ok(Ok(())) => {}
+    let give_back = match inner.await {
+        Ok(Ok(())) => false,
         Ok(Err(StoreError::StaleClaim)) => {
             t.note_claim_conflict();
             tracing::info!(%job, token, "run ended: the claim moved on");
@@ -216,52 +238,33 @@ async fn run_claim(
             {
                 tracing::warn!(%job, error = %e, "recording a lost lease failed");
             }
-            // Cancelled under this run: nobody else will settle its hold.
-            if let Err(e) = settle_abandoned(&t, job).await {
-                tracing::warn!(%job, error = %e, "settling an abandoned hold failed");
-            }
+            false
         }
         Ok(Err(e)) => {
             tracing::warn!(%job, error = %e, "run interrupted; giving the job back shortly");
             // A pause first, so a persistent fault does not spin.
             tokio::time::sleep(Duration::from_secs(5)).await;
-            let _ = t.store().release_claim(job, token, Utc::now()).await;
+            true
         }
         Err(e) => {
             tracing::error!(%job, error = %e, "run panicked; giving the job back");
-            let _ = t.store().release_claim(job, token, Utc::now()).await;
+            true
         }
-    }
-}
-
-async fn sweep_holds(t: &Tollgate) {
-    match t.store().held_on_finished_jobs(100).await {
-        Ok(jobs) => {
-            for job in jobs {
-                if let Err(e) = settle_abandoned(t, job).await {
-                    tracing::warn!(%job, error = %e, "settling a left-over hold failed");
-                }
+    };
+    if give_back {
+        let release = Unit {
+            job,
+            token,
+            ops: vec![Op::Release],
+        };
+        match t.store().apply_one(release).await {
+            Ok(_) => {}
+            // Its lease runs out and another run claims it.
+            Err(e) => {
+                tracing::warn!(%job, error = %e, "giving the job back failed; its lease will expire")
             }
         }
-        Err(e) => tracing::warn!(error = %e, "looking for left-over holds failed"),
     }
-}
-
-/// Settles the hold of a job that ended while a run held it (a cancel won),
-/// from what its attempts recorded, never by calling again: nothing paid is
-/// zero, a priced attempt its cost, and any attempt that may have been paid
-/// without a price keeps the estimate booked. Does nothing for a job that is
-/// not terminal (its new owner settles it) or whose hold is already settled.
-pub async fn settle_abandoned(t: &Tollgate, job: crate::model::JobId) -> Result<bool, StoreError> {
-    let Some(j) = t.store().job(job).await? else {
-        return Ok(false);
-    };
-    if !j.status.is_terminal() {
-        return Ok(false);
-    }
-    let attempts = t.store().attempts(job).await?;
-    let cost = crate::providers::runner::spend_of(&attempts);
-    t.store().settle(job, cost, Utc::now()).await
 }
 
 fn hostname() -> String {

@@ -62,3 +62,11 @@ id_type!(
     /// A paid generation job.
     JobId
 );
+id_type!(
+    /// One provider call of a job, written down before it is made (rule 7).
+    AttemptId
+);
+id_type!(
+    /// A parked job's record, awaiting a reviewer's decision (rule 12).
+    ParkedId
+);

@@ -2,6 +2,7 @@
 //! everything a person types. No I/O here; this module compiles to wasm so a
 //! page can validate with the very functions the server uses.
 
+mod attempt;
 mod catalogue;
 mod credits;
 mod email;
@@ -10,15 +11,17 @@ mod job;
 mod ledger;
 mod money;
 mod password;
+mod progress;
 mod role;
 
+pub use attempt::{AttemptEnd, AttemptState, CostSource, Purpose};
 pub use catalogue::{
     style, Catalogue, EditModel, Resolution, Strength, Style, TargetKind, VideoModel, VideoPrice,
     STYLES,
 };
 pub use credits::{Credits, CreditsError};
 pub use email::{Email, EmailError};
-pub use ids::{ApiTokenId, AssetId, JobId, LedgerEntryId, UserId};
+pub use ids::{ApiTokenId, AssetId, AttemptId, JobId, LedgerEntryId, ParkedId, UserId};
 pub use job::{
     parse_request, quote, FieldErrors, ImageEdit, JobKind, JobRequest, JobStatus, Quote, Target,
     Video,
@@ -26,4 +29,5 @@ pub use job::{
 pub use ledger::{LedgerKind, UnknownLedgerKind};
 pub use money::{Usd, UsdError, USD_SCALE};
 pub use password::{Password, PasswordError, PASSWORD_LEN_MAX, PASSWORD_LEN_MIN};
+pub use progress::{Progress, Readiness, Review, Step, StoredOutput, Verdict};
 pub use role::{Role, UnknownRole};

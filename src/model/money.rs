@@ -42,6 +42,12 @@ impl Usd {
         Usd::new(self.0 + other.0)
     }
 
+    /// An amount given in whole millionths of a dollar (how SQLite keeps
+    /// money, so that sums and comparisons in SQL stay exact).
+    pub fn from_micros(micros: i64) -> Usd {
+        Usd(Decimal::new(micros, USD_SCALE))
+    }
+
     /// The amount in whole millionths of a dollar: exact, because amounts
     /// keep six places. `None` only past what an i64 holds.
     pub fn micros(self) -> Option<i64> {
@@ -89,6 +95,8 @@ mod tests {
         assert!(Usd::parse("abc").is_err());
         assert_eq!(Usd::parse("0.120001").unwrap().micros(), Some(120_001));
         assert_eq!(Usd::parse("12.4").unwrap().micros(), Some(12_400_000));
+        assert_eq!(Usd::from_micros(120_001), Usd::parse("0.120001").unwrap());
+        assert_eq!(Usd::from_micros(0).to_string(), "0.000000");
         let json = serde_json::to_string(&Usd::parse("12.4").unwrap()).unwrap();
         assert_eq!(json, "\"12.400000\"");
     }

@@ -63,6 +63,13 @@ pub struct ModelSpec {
     pub idempotency: bool,
     /// A prediction can be found by our key.
     pub lookup: bool,
+    /// The `error.code` of the 404 a lookup answers when nothing was made
+    /// under our key: only that answer may start a new paid attempt.
+    pub lookup_not_found_code: String,
+    /// What a 503 to a submission means: it may come from a load balancer
+    /// after the request was accepted, so it is uncertain unless the model
+    /// declares that its 503s create nothing.
+    pub submit_503: Submit503,
     pub fallback: Vec<String>,
     pub fallback_on: Vec<FallbackReason>,
     /// After this long a prediction may have been charged in full: the same
@@ -86,6 +93,54 @@ pub struct ModelSpec {
 pub enum Price {
     PerGeneration(BTreeMap<Resolution, Usd>),
     PerSecond(BTreeMap<Resolution, Usd>),
+}
+
+impl ModelSpec {
+    /// What this model would charge for a request: the hold a paid attempt
+    /// on it takes (rule 11). A resolution the model does not price takes
+    /// its dearest rate, so a hold is never too small.
+    pub fn estimate(&self, request: &crate::model::JobRequest) -> Usd {
+        use crate::model::JobRequest;
+        let (rates, per_second) = match &self.price {
+            Price::PerGeneration(m) => (m, false),
+            Price::PerSecond(m) => (m, true),
+        };
+        let dearest = rates.values().copied().max().unwrap_or(Usd::ZERO);
+        match request {
+            JobRequest::ImageEdit(e) => rates
+                .values()
+                .next()
+                .copied()
+                .unwrap_or(Usd::ZERO)
+                .times(e.strength.price_factor()),
+            JobRequest::Video(v) => {
+                let rate = rates.get(&v.resolution).copied().unwrap_or(dearest);
+                if per_second {
+                    rate.times(rust_decimal::Decimal::from(v.duration_s))
+                } else {
+                    rate
+                }
+            }
+        }
+    }
+
+    /// The provider's name as attempts record it.
+    pub fn provider_name(&self) -> &'static str {
+        match self.provider {
+            ProviderKind::Local => "local",
+            ProviderKind::Http => "http",
+        }
+    }
+}
+
+/// What a 503 answer to a submission means.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Submit503 {
+    /// It may have been accepted: the uncertainty window (rule 7).
+    Uncertain,
+    /// The provider declares a 503 creates nothing: unavailable.
+    NotCreated,
 }
 
 /// Faults the local provider injects, so every rule can be shown on a laptop.
@@ -233,6 +288,8 @@ fn local_spec(
         default: false,
         idempotency: false,
         lookup: false,
+        lookup_not_found_code: "not_found".into(),
+        submit_503: Submit503::Uncertain,
         fallback: Vec::new(),
         fallback_on: vec![FallbackReason::Exhausted, FallbackReason::Unavailable],
         prediction_window: None,
@@ -269,6 +326,8 @@ struct RawModel {
     idempotency: bool,
     #[serde(default)]
     lookup: bool,
+    lookup_not_found_code: Option<String>,
+    submit_503: Option<Submit503>,
     #[serde(default)]
     fallback: Vec<String>,
     fallback_on: Option<Vec<FallbackReason>>,
@@ -505,6 +564,22 @@ pub fn parse(
                 Err(bad(format!("{at}.{name}: {v} is not 1 to 3600000 ms")))
             }
         };
+        if raw.provider == ProviderKind::Local {
+            // Local work runs inside this process: nothing to deduplicate,
+            // look up or be unsure about at a provider.
+            for (set, name) in [
+                (raw.idempotency, "idempotency"),
+                (raw.lookup, "lookup"),
+                (raw.lookup_not_found_code.is_some(), "lookup_not_found_code"),
+                (raw.submit_503.is_some(), "submit_503"),
+            ] {
+                if set {
+                    return Err(bad(format!(
+                        "{at}.{name}: applies to http models only (local work runs in this process)"
+                    )));
+                }
+            }
+        }
         if let Some(f) = &raw.faults {
             if raw.provider != ProviderKind::Local {
                 return Err(bad(format!("{at}.faults: only a local model takes faults")));
@@ -531,6 +606,10 @@ pub fn parse(
             default: raw.default,
             idempotency: raw.idempotency,
             lookup: raw.lookup,
+            lookup_not_found_code: raw
+                .lookup_not_found_code
+                .unwrap_or_else(|| "not_found".into()),
+            submit_503: raw.submit_503.unwrap_or(Submit503::Uncertain),
             fallback: raw.fallback,
             fallback_on: raw
                 .fallback_on

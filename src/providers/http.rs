@@ -3,8 +3,10 @@
 //! `Retry-After`, quoted cost. It classifies every answer; what to do about
 //! it is the runner's business.
 
-use super::config::ModelSpec;
-use super::{Cost, ErrorClass, Finished, Input, Output, Poll, Provider, ProviderError, Submission};
+use super::config::{ModelSpec, Submit503};
+use super::{
+    Cost, ErrorClass, Finished, Input, Lookup, Output, Poll, Provider, ProviderError, Submission,
+};
 use crate::model::{JobRequest, Usd};
 use base64::Engine;
 use reqwest::StatusCode;
@@ -106,8 +108,19 @@ async fn error_message(r: reqwest::Response) -> String {
     format!("{status}: {message}")
 }
 
+/// Where an answer that was not 2xx came from.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Asked {
+    /// A submission: what the status proves about whether anything was
+    /// created (and so charged) decides the cost.
+    Submit,
+    /// A poll, a look-up or a download: it creates nothing; what the
+    /// prediction cost is the runner's to decide.
+    Read,
+}
+
 /// What an answer to a submit or a poll that was not 2xx means.
-async fn classify(r: reqwest::Response, on_submit: bool) -> ProviderError {
+async fn classify(r: reqwest::Response, model: &ModelSpec, asked: Asked) -> ProviderError {
     let status = r.status();
     let after = retry_after(r.headers());
     let message = error_message(r).await;
@@ -115,17 +128,24 @@ async fn classify(r: reqwest::Response, on_submit: bool) -> ProviderError {
         StatusCode::TOO_MANY_REQUESTS => ErrorClass::RateLimited,
         StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => ErrorClass::Auth,
         StatusCode::BAD_REQUEST | StatusCode::UNPROCESSABLE_ENTITY => ErrorClass::InvalidInput,
+        // A load balancer may answer 503 after the request was accepted.
+        StatusCode::SERVICE_UNAVAILABLE
+            if asked == Asked::Submit && model.submit_503 == Submit503::Uncertain =>
+        {
+            ErrorClass::Uncertain
+        }
         StatusCode::SERVICE_UNAVAILABLE => ErrorClass::Unavailable,
         // A gateway error after a submit may hide an accepted request.
-        s if s.is_server_error() && on_submit => ErrorClass::Uncertain,
+        s if s.is_server_error() && asked == Asked::Submit => ErrorClass::Uncertain,
         s if s.is_server_error() => ErrorClass::Timeout,
-        _ if on_submit => ErrorClass::InvalidInput,
+        _ if asked == Asked::Submit => ErrorClass::InvalidInput,
         _ => ErrorClass::Timeout,
     };
-    let cost = if class == ErrorClass::Uncertain {
-        Cost::Unknown
-    } else {
+    // Only a submission refused outright proves nothing was created.
+    let cost = if asked == Asked::Submit && class != ErrorClass::Uncertain {
         Cost::Nothing
+    } else {
+        Cost::Unknown
     };
     ProviderError {
         class,
@@ -176,7 +196,7 @@ impl Provider for HttpProvider {
             }
         };
         if !r.status().is_success() {
-            return Err(classify(r, true).await);
+            return Err(classify(r, model, Asked::Submit).await);
         }
         let body: Value = r.json().await.map_err(|e| {
             ProviderError::new(
@@ -216,14 +236,14 @@ impl Provider for HttpProvider {
             .request(model, reqwest::Method::GET, &path)
             .send()
             .await
-            .map_err(|e| ProviderError::new(ErrorClass::Timeout, e.to_string(), Cost::Nothing))?;
+            .map_err(|e| ProviderError::new(ErrorClass::Timeout, e.to_string(), Cost::Unknown))?;
         if !r.status().is_success() {
-            return Err(classify(r, false).await);
+            return Err(classify(r, model, Asked::Read).await);
         }
         let v: Value = r
             .json()
             .await
-            .map_err(|e| ProviderError::new(ErrorClass::Timeout, e.to_string(), Cost::Nothing))?;
+            .map_err(|e| ProviderError::new(ErrorClass::Timeout, e.to_string(), Cost::Unknown))?;
         let usage = json!({"predict_time": v["metrics"]["predict_time"]});
         Ok(match v["status"].as_str() {
             Some("succeeded") => match v["output"].as_str() {
@@ -260,24 +280,36 @@ impl Provider for HttpProvider {
         })
     }
 
-    async fn lookup(&self, model: &ModelSpec, key: &str) -> Result<Option<String>, ProviderError> {
+    async fn lookup(&self, model: &ModelSpec, key: &str) -> Result<Lookup, ProviderError> {
         let r = self
             .request(model, reqwest::Method::GET, "/v1/predictions")
             .query(&[("idempotency_key", key)])
             .send()
             .await
-            .map_err(|e| ProviderError::new(ErrorClass::Timeout, e.to_string(), Cost::Nothing))?;
-        if r.status() == StatusCode::NOT_FOUND {
-            return Ok(None);
+            .map_err(|e| ProviderError::new(ErrorClass::Timeout, e.to_string(), Cost::Unknown))?;
+        let status = r.status();
+        if status == StatusCode::NOT_FOUND {
+            // Only the answer the model declares means "nothing under this
+            // key"; any other 404 (a provider without look-ups) proves nothing.
+            let body: Value = r.json().await.unwrap_or(Value::Null);
+            let code = body["error"]["code"].as_str().unwrap_or_default();
+            return Ok(if code == model.lookup_not_found_code {
+                Lookup::NotFound
+            } else {
+                Lookup::Unclear(format!("404 with error code {code:?}"))
+            });
         }
-        if !r.status().is_success() {
-            return Err(classify(r, false).await);
+        if !status.is_success() {
+            return Err(classify(r, model, Asked::Read).await);
         }
         let v: Value = r
             .json()
             .await
-            .map_err(|e| ProviderError::new(ErrorClass::Timeout, e.to_string(), Cost::Nothing))?;
-        Ok(v["id"].as_str().map(str::to_string))
+            .map_err(|e| ProviderError::new(ErrorClass::Timeout, e.to_string(), Cost::Unknown))?;
+        Ok(match v["id"].as_str() {
+            Some(id) if !id.is_empty() => Lookup::Found(id.to_string()),
+            _ => Lookup::Unclear(format!("{status} without a prediction id")),
+        })
     }
 
     async fn fetch(
@@ -293,7 +325,7 @@ impl Provider for HttpProvider {
             Output::Url(u) => u,
         };
         let timeout = |e: reqwest::Error| {
-            ProviderError::new(ErrorClass::Timeout, format!("output: {e}"), Cost::Nothing)
+            ProviderError::new(ErrorClass::Timeout, format!("output: {e}"), Cost::Unknown)
         };
         let request = if url.starts_with("http://") || url.starts_with("https://") {
             self.client.get(url).timeout(model.request_timeout)
@@ -302,7 +334,7 @@ impl Provider for HttpProvider {
         };
         let mut r = request.send().await.map_err(timeout)?;
         if !r.status().is_success() {
-            return Err(classify(r, false).await);
+            return Err(classify(r, model, Asked::Read).await);
         }
         let content_type = r
             .headers()
@@ -316,7 +348,7 @@ impl Provider for HttpProvider {
                 return Err(ProviderError::new(
                     ErrorClass::Failed,
                     "the output is larger than 256 MiB",
-                    Cost::Nothing,
+                    Cost::Unknown,
                 ));
             }
             bytes.extend_from_slice(&chunk);

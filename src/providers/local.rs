@@ -7,7 +7,9 @@
 //! measurements, not guesses.
 
 use super::config::{LocalFaults, ModelSpec};
-use super::{Cost, ErrorClass, Finished, Input, Output, Poll, Provider, ProviderError, Submission};
+use super::{
+    Cost, ErrorClass, Finished, Input, Lookup, Output, Poll, Provider, ProviderError, Submission,
+};
 use crate::model::{JobRequest, Resolution, Strength, TargetKind};
 use image::{imageops, GrayImage, ImageFormat, Luma, Rgb, RgbImage};
 use rand::Rng;
@@ -120,12 +122,11 @@ impl Provider for LocalProvider {
         )))
     }
 
-    async fn lookup(
-        &self,
-        _model: &ModelSpec,
-        _key: &str,
-    ) -> Result<Option<String>, ProviderError> {
-        Ok(None)
+    async fn lookup(&self, _model: &ModelSpec, _key: &str) -> Result<Lookup, ProviderError> {
+        // The configuration refuses `lookup` for local models.
+        Ok(Lookup::Unclear(
+            "the local provider keeps no predictions".into(),
+        ))
     }
 
     async fn fetch(

@@ -44,6 +44,22 @@ pub enum Behaviour {
     OmitCost,
 }
 
+/// What the next `GET /v1/predictions/{id}` answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PollBehaviour {
+    /// The prediction's real state.
+    Ok,
+    /// 401: the credentials were refused (a key rotated mid-prediction).
+    Unauthorized,
+    /// 404: no such prediction.
+    NotFound,
+    /// 503.
+    Unavailable,
+    /// The request is read and never answered.
+    Hang,
+}
+
 #[derive(Clone, Debug)]
 pub struct MockConfig {
     /// A repeated `Idempotency-Key` returns the first prediction, unpaid.
@@ -83,6 +99,7 @@ struct Prediction {
 #[derive(Default)]
 struct Book {
     script: VecDeque<Behaviour>,
+    polls: VecDeque<PollBehaviour>,
     predictions: Vec<Prediction>,
     by_id: HashMap<String, usize>,
     /// Paid predictions per idempotency key ("" when a call had none).
@@ -208,6 +225,18 @@ async fn create(
         .get("idempotency-key")
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
+    // With idempotency on, a repeated key is the first prediction, unpaid,
+    // before any scripted behaviour is taken (as a real provider would).
+    if let Some(k) = key.as_ref().filter(|_| m.config.idempotency) {
+        let book = m.book();
+        if let Some(p) = book
+            .predictions
+            .iter()
+            .find(|p| p.key.as_deref() == Some(k.as_str()))
+        {
+            return (StatusCode::OK, Json(m.prediction_json(p))).into_response();
+        }
+    }
     let behaviour = m.book().script.pop_front().unwrap_or(Behaviour::Ok);
     match behaviour {
         Behaviour::RateLimit => {
@@ -284,6 +313,27 @@ async fn create(
 }
 
 async fn show(State(m): State<MockProvider>, Path(id): Path<String>) -> Response {
+    let scripted = m.book().polls.pop_front().unwrap_or(PollBehaviour::Ok);
+    match scripted {
+        PollBehaviour::Ok => {}
+        PollBehaviour::Unauthorized => {
+            return error(StatusCode::UNAUTHORIZED, "unauthorized", "bad credentials")
+        }
+        PollBehaviour::NotFound => {
+            return error(StatusCode::NOT_FOUND, "not_found", "no such prediction")
+        }
+        PollBehaviour::Unavailable => {
+            return error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable",
+                "try again later",
+            )
+        }
+        PollBehaviour::Hang => {
+            std::future::pending::<()>().await;
+            unreachable!("pending never resolves");
+        }
+    }
     let book = m.book();
     match book.by_id.get(&id).map(|i| &book.predictions[*i]) {
         Some(p) => Json(m.prediction_json(p)).into_response(),
@@ -365,7 +415,10 @@ async fn output(State(m): State<MockProvider>, Path(file): Path<String>) -> Resp
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ScriptBody {
+    #[serde(default)]
     next: Vec<Behaviour>,
+    #[serde(default)]
+    poll: Vec<PollBehaviour>,
 }
 
 async fn script(
@@ -376,19 +429,22 @@ async fn script(
         return error(
             StatusCode::UNPROCESSABLE_ENTITY,
             "invalid_script",
-            "send {\"next\": [behaviour, ...]}",
+            "send {\"next\": [behaviour, ...], \"poll\": [behaviour, ...]}",
         );
     };
     let mut book = m.book();
-    if book.script.len() + body.next.len() > SCRIPT_LEN_MAX {
+    if book.script.len() + body.next.len() > SCRIPT_LEN_MAX
+        || book.polls.len() + body.poll.len() > SCRIPT_LEN_MAX
+    {
         return error(
             StatusCode::UNPROCESSABLE_ENTITY,
             "script_too_long",
-            "at most 10000 queued behaviours",
+            "at most 10000 queued behaviours of each kind",
         );
     }
     book.script.extend(body.next);
-    Json(json!({"queued": book.script.len()})).into_response()
+    book.polls.extend(body.poll);
+    Json(json!({"queued": book.script.len(), "queued_polls": book.polls.len()})).into_response()
 }
 
 async fn stats(State(m): State<MockProvider>) -> Json<Value> {

@@ -125,6 +125,18 @@ pub enum Submission {
     Accepted { provider_job_id: String },
 }
 
+/// What a look-up by our idempotency key found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Lookup {
+    /// The prediction made under our key.
+    Found(String),
+    /// The answer the model's configuration says means "nothing was made
+    /// under this key": nothing was charged, and a new attempt is safe.
+    NotFound,
+    /// Any other answer: it proves nothing either way.
+    Unclear(String),
+}
+
 pub enum Poll {
     Pending,
     Succeeded(Finished),
@@ -153,7 +165,7 @@ pub trait Provider: Send + Sync {
     ) -> Result<Submission, ProviderError>;
     async fn poll(&self, model: &ModelSpec, provider_job_id: &str) -> Result<Poll, ProviderError>;
     /// The prediction made under our key, if the provider can say.
-    async fn lookup(&self, model: &ModelSpec, key: &str) -> Result<Option<String>, ProviderError>;
+    async fn lookup(&self, model: &ModelSpec, key: &str) -> Result<Lookup, ProviderError>;
     /// The output's bytes and content type.
     async fn fetch(
         &self,

@@ -1,47 +1,62 @@
 //! The attempt runner: the `generate` step of a job. It owns retries and
-//! fallback (DESIGN.md, Providers) and the uncertainty window (rule 7):
+//! fallback (DESIGN.md, Providers), the uncertainty window (rule 7) and
+//! what every call cost (rules 10 and 11):
 //!
-//! - every attempt is written down (`submitting`, key `<job>:<n>`) before
-//!   the request leaves, then its provider job id, then its outcome;
-//! - an attempt a run left open is recovered, never silently re-sent: an
-//!   accepted one is polled by its id; a `submitting` one is re-sent under
-//!   the same key where the model declares idempotency, looked up by key
-//!   where it declares lookup, and otherwise parked (or, where the model's
-//!   policy says `refund`, failed and refunded);
+//! - every attempt reserves its own model's estimate against the day and is
+//!   written down (`submitting`, key `<job>:<n>`) in one unit before the
+//!   request leaves; a day that cannot hold it sends nothing;
+//! - its provider job id is written when the provider accepts it, and its
+//!   outcome and cost when it ends: a cost is a number only when the
+//!   provider said it, the rate card derives it, or a refusal proves nothing
+//!   was created; otherwise it stays unknown (booked at the estimate);
+//! - an attempt a run left open is recovered with its own model's provider
+//!   and endpoint, never silently re-sent: an accepted one is polled; a
+//!   `submitting` one is re-sent under the same key where the model declares
+//!   idempotency, looked up by key where it declares lookup, and otherwise
+//!   parked (or, where the model's policy says `refund`, failed and
+//!   refunded with the estimate booked). What a re-send is refused with
+//!   proves nothing about the first send;
 //! - authentication, invalid input and cancellation stop the chain; rate
 //!   limits and timeouts back off (honouring `Retry-After`) and retry the
 //!   same model; a refusal or failure uses the same model's remaining
-//!   attempts, unless the prediction ran past the model's window; the chain
-//!   moves to the next model only where the policy allows it for that reason.
+//!   attempts, unless the prediction ran past the model's window (measured
+//!   from the attempt's recorded start, so a restart does not reset it);
+//!   the chain moves to the next model only where the policy allows it.
 //!
 //! The output goes to the job's one key, put-if-absent (rule 8).
 
-use super::config::{FallbackReason, ModelSpec, OnUncertain, ProviderKind};
-use super::{Cost, ErrorClass, Finished, Input, Poll, Provider, ProviderError, Submission};
-use crate::model::{JobKind, JobRequest, Usd};
+use super::config::{FallbackReason, ModelSpec, OnUncertain};
+use super::{Cost, ErrorClass, Finished, Input, Lookup, Poll, Provider, ProviderError, Submission};
+use crate::engine::Run;
+use crate::model::{
+    AttemptEnd, AttemptId, AttemptState, CostSource, JobKind, JobRequest, Purpose, StoredOutput,
+    Usd,
+};
 use crate::storage::{NewObjectMeta, ObjectKey, PutOutcome};
 use crate::store::{
-    Attempt, AttemptOutcome, Claim, NewAttempt, NewParked, ParkedStage, StoreError, StoreResult,
+    Applied, Attempt, AttemptOutcome, Hold, NewAttempt, NewParked, Op, ParkedStage, StoreError,
+    StoreResult,
 };
-use crate::Tollgate;
 use backon::BackoffBuilder;
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
-use std::time::{Duration, Instant};
-use tokio::sync::watch;
+use std::time::Duration;
 
 /// Re-sends (same key) or look-ups tried before an uncertain attempt parks.
 const RECOVERY_TRIES: usize = 3;
 /// Output downloads tried before the job parks in `delivery_exhausted`.
 const DELIVERY_TRIES: usize = 3;
+/// Pending polls between checks that the run still holds its claim.
+const POLLS_PER_CLAIM_CHECK: u32 = 5;
 
 /// How the generate step ended.
 pub enum Generated {
-    /// The output is stored at the job's key.
-    Stored(Value),
+    /// The output is stored at the job's key; the attempt that made it is
+    /// recorded with the run's next commit.
+    Stored(StoredOutput),
     /// The job fails (and is refunded): `{"code", "message"}`.
     Failed(Value),
-    /// A person must decide; the budget hold stays.
+    /// A person must decide; the budget holds stay.
     Parked(NewParked),
     /// This node is shutting down: give the job back; an accepted attempt
     /// stays on record and the next run polls it.
@@ -51,27 +66,12 @@ pub enum Generated {
 /// What one attempt came to.
 enum Attempted {
     Succeeded(Finished),
+    /// Ended without an output; `cost` on the error is what it cost.
     Failed(ProviderError),
     Parked(NewParked),
     /// Recorded as uncertain; the model's policy is to refund.
     UncertainRefund(String),
     Released,
-}
-
-/// What the job's attempts cost, as far as anyone knows: the sum of the
-/// priced ones, or `None` when any attempt may have been paid without a
-/// price (then the estimate stays booked). Attempts a dead local run left
-/// (`interrupted`) cost nothing outside.
-pub fn spend_of(attempts: &[Attempt]) -> Option<Usd> {
-    let mut sum = Usd::ZERO;
-    for a in attempts {
-        match a.cost_usd {
-            Some(c) => sum = sum.plus(c),
-            None if a.error_class.as_deref() == Some("interrupted") => {}
-            None => return None,
-        }
-    }
-    Some(sum)
 }
 
 pub fn output_key(job: crate::model::JobId) -> StoreResult<ObjectKey> {
@@ -86,203 +86,235 @@ fn failure(code: &str, message: impl Into<String>) -> Generated {
     Generated::Failed(json!({"code": code, "message": message.into()}))
 }
 
-struct Run<'a> {
-    t: &'a Tollgate,
-    claim: &'a Claim,
-    stopped: watch::Receiver<bool>,
-    key: ObjectKey,
-    written_by: String,
+/// What a run left that the next run must deal with first.
+fn open(a: &Attempt) -> bool {
+    a.purpose == Purpose::Generate && a.state.is_open()
 }
 
-pub async fn generate(
-    t: &Tollgate,
-    claim: &Claim,
-    stopped: watch::Receiver<bool>,
-) -> StoreResult<Generated> {
-    let job = &claim.job;
-    let mut run = Run {
-        t,
-        claim,
-        stopped,
-        key: output_key(job.id)?,
-        written_by: format!("job:{}", job.id),
-    };
+pub async fn generate(run: &mut Run<'_>) -> StoreResult<Generated> {
+    let job = run.job().clone();
+    let key = output_key(job.id)?;
     let first = match &job.request {
-        JobRequest::ImageEdit(_) => t.models().default_for(JobKind::ImageEdit).id.clone(),
+        JobRequest::ImageEdit(_) => run.t.models().default_for(JobKind::ImageEdit).id.clone(),
         JobRequest::Video(v) => v.model.clone(),
     };
-    let chain: Vec<ModelSpec> = t.models().chain(&first).into_iter().cloned().collect();
+    let chain: Vec<ModelSpec> = run.t.models().chain(&first).into_iter().cloned().collect();
     if chain.is_empty() {
         return Ok(failure(
             "MODEL_UNAVAILABLE",
             format!("The model {first:?} is no longer offered; your credits were refunded."),
         ));
     }
-    let previous = t.store().attempts(job.id).await?;
+    // A job's first claim cannot have attempts yet: no read needed.
+    let previous = if run.claim.token > 1 {
+        run.t.store().attempts(job.id).await?
+    } else {
+        Vec::new()
+    };
+    let mut r = Runner { run, key };
 
     // Rule 8: an output this job already stored means no new call.
-    if let Some(done) = run.existing_output(&previous).await? {
+    if let Some(done) = r.existing_output(&previous).await? {
         return Ok(done);
     }
     // A finished attempt whose output never reached storage: fetch it again.
     if let Some(a) = previous
         .iter()
         .rev()
-        .find(|a| a.state == "succeeded" && a.provider_job_id.is_some())
+        .find(|a| a.state == AttemptState::Succeeded && a.provider_job_id.is_some())
     {
-        let spec = run.spec_for(a, &chain);
-        return run.redeliver(&spec, a).await;
+        return match r.spec_of(a) {
+            Ok(spec) => r.redeliver(&spec, a).await,
+            Err(gone) => Ok(Generated::Parked(*gone)),
+        };
     }
     // Rule 7: an attempt a run left open is recovered, never re-sent blindly.
-    for a in previous
-        .iter()
-        .filter(|a| a.state == "submitting" || a.state == "submitted")
-    {
-        let spec = run.spec_for(a, &chain);
-        if spec.provider == ProviderKind::Local && a.state == "submitting" {
-            // Local work runs in this process: it died with its run and cost
-            // nothing outside. Closed as interrupted (unpriced), on record.
-            run.end(
+    for a in previous.iter().filter(|a| open(a)) {
+        if a.provider == "local" && a.state == AttemptState::Submitting {
+            // Local work runs in this process: it died with its run and
+            // created nothing outside. Closed as interrupted, on record.
+            r.run.defer(end(
                 a.id,
-                failed_outcome(
-                    "interrupted",
+                ended(
+                    AttemptEnd::Failed,
+                    Some("interrupted"),
                     "the run that made this attempt stopped before it finished",
-                    Cost::Unknown,
+                    Cost::Nothing,
                     0,
                 ),
-            )
-            .await?;
+            ));
             continue;
         }
-        let started = Instant::now();
-        let attempted = match &a.provider_job_id {
-            Some(id) if a.state == "submitted" => run.follow(&spec, a, id, started).await?,
-            _ => run.recover_uncertain(&spec, a, started).await?,
+        let spec = match r.spec_of(a) {
+            Ok(spec) => spec,
+            Err(gone) => return Ok(Generated::Parked(*gone)),
         };
-        match run.conclude(&spec, a, attempted, started).await? {
-            Some(done) => return Ok(done),
-            // It failed: the chain goes on with what attempts remain.
-            None => continue,
+        let attempted = match &a.provider_job_id {
+            Some(id) if a.state == AttemptState::Submitted => r.follow(&spec, a, id).await?,
+            _ => r.recover_uncertain(&spec, a).await?,
+        };
+        if let Some(done) = r.conclude(&spec, a, attempted).await? {
+            return Ok(done);
         }
     }
-    run.chain(&chain, previous).await
+    r.chain(&chain, previous).await
 }
 
-fn failed_outcome(class: &str, message: &str, cost: Cost, duration_ms: i64) -> AttemptOutcome {
-    let (cost_usd, cost_source) = cost.stored();
+fn end(attempt: AttemptId, outcome: AttemptOutcome) -> Op {
+    Op::EndAttempt { attempt, outcome }
+}
+
+fn ended(
+    end: AttemptEnd,
+    class: Option<&str>,
+    message: &str,
+    cost: Cost,
+    duration_ms: i64,
+) -> AttemptOutcome {
     AttemptOutcome {
-        state: "failed",
+        end,
         provider_job_id: None,
-        error_class: Some(class.into()),
-        error: Some(message.into()),
+        error_class: class.map(str::to_string),
+        error: (!message.is_empty()).then(|| message.to_string()),
         duration_ms,
         usage: None,
-        cost_usd,
-        cost_source,
+        cost: stored_cost(cost),
         finished_at: Utc::now(),
     }
 }
 
-impl Run<'_> {
+/// The stored pair: a number only when someone knows it.
+fn stored_cost(cost: Cost) -> Option<(Usd, CostSource)> {
+    match cost {
+        // Nothing was created, so nothing was charged.
+        Cost::Nothing => Some((Usd::ZERO, CostSource::Derived)),
+        Cost::Quoted(u) => Some((u, CostSource::Quoted)),
+        Cost::Derived(u) => Some((u, CostSource::Derived)),
+        Cost::Unknown => None,
+    }
+}
+
+fn since(at: DateTime<Utc>) -> Duration {
+    (Utc::now() - at).to_std().unwrap_or_default()
+}
+
+struct Runner<'r, 'a> {
+    run: &'r mut Run<'a>,
+    key: ObjectKey,
+}
+
+impl Runner<'_, '_> {
     fn provider(&self, spec: &ModelSpec) -> &dyn Provider {
-        self.t.provider(spec)
+        self.run.t.provider(spec)
     }
 
-    /// The policy for an attempt's model; a model no longer configured is
-    /// treated as the chain's head (same provider kind is all recovery needs).
-    fn spec_for(&self, a: &Attempt, chain: &[ModelSpec]) -> ModelSpec {
-        self.t
-            .models()
-            .get(&a.model)
-            .cloned()
-            .unwrap_or_else(|| chain[0].clone())
+    fn written_by(&self) -> String {
+        format!("job:{}", self.run.job().id)
     }
 
-    async fn end(&self, id: uuid::Uuid, outcome: AttemptOutcome) -> StoreResult<()> {
-        self.t.store().end_attempt(id, &outcome).await
+    /// The model an attempt was made with, as it was: its provider and
+    /// endpoint unchanged. Otherwise the attempt cannot be recovered safely
+    /// under another model's policy, and the job parks.
+    fn spec_of(&self, a: &Attempt) -> Result<ModelSpec, Box<NewParked>> {
+        match self.run.t.models().get(&a.model) {
+            Some(spec) if spec.provider_name() == a.provider && spec.endpoint == a.endpoint => {
+                Ok(spec.clone())
+            }
+            current => {
+                let stage = if a.provider_job_id.is_some() {
+                    ParkedStage::PollingExhausted
+                } else {
+                    ParkedStage::SubmissionUncertain
+                };
+                let now =
+                    current.map(|s| json!({"provider": s.provider_name(), "endpoint": s.endpoint}));
+                Err(Box::new(NewParked {
+                    stage,
+                    evidence: json!({
+                        "reason": format!(
+                            "The model {} that made attempt {} is no longer configured with the provider and endpoint it was sent to; it cannot be recovered under another model's policy.",
+                            a.model, a.attempt_no
+                        ),
+                        "attempt": {"provider": a.provider, "endpoint": a.endpoint, "idempotency_key": a.idempotency_key},
+                        "configured_now": now,
+                    }),
+                    provider: Some(a.provider.clone()),
+                    model: Some(a.model.clone()),
+                    provider_job_id: a.provider_job_id.clone(),
+                    attempt_id: Some(a.id),
+                }))
+            }
+        }
     }
 
     /// The request with its images, loaded for each send and dropped after:
     /// a run that waits on a provider does not keep the photo in memory.
-    async fn input(&self) -> StoreResult<Input> {
-        let job = &self.claim.job;
+    async fn input(&self, spec: &ModelSpec) -> StoreResult<Input> {
+        let job = self.run.job();
         let (photo, mask) = match &job.request {
             JobRequest::ImageEdit(e) => (
-                self.t.asset_bytes(Some(e.source)).await?,
-                self.t.asset_bytes(e.target.mask).await?,
+                self.run.t.asset_bytes(Some(e.source)).await?,
+                self.run.t.asset_bytes(e.target.mask).await?,
             ),
-            JobRequest::Video(v) => (self.t.asset_bytes(v.source).await?, None),
+            JobRequest::Video(v) => (self.run.t.asset_bytes(v.source).await?, None),
         };
         Ok(Input {
             request: job.request.clone(),
             photo,
             mask,
-            rate_card_usd: job.estimated_usd,
+            rate_card_usd: spec.estimate(&job.request),
         })
     }
 
-    /// Sleeps, unless the node stops first (then true).
-    async fn pause(&mut self, d: Duration) -> bool {
-        if *self.stopped.borrow() {
-            return true;
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(d) => *self.stopped.borrow(),
-            _ = self.stopped.changed() => true,
-        }
-    }
-
-    async fn existing_output(&self, previous: &[Attempt]) -> StoreResult<Option<Generated>> {
-        let Some(meta) = self.t.objects().head(&self.key).await.map_err(internal)? else {
+    async fn existing_output(&mut self, previous: &[Attempt]) -> StoreResult<Option<Generated>> {
+        let Some(meta) = self
+            .run
+            .t
+            .objects()
+            .head(&self.key)
+            .await
+            .map_err(internal)?
+        else {
             return Ok(None);
         };
-        if meta.written_by != self.written_by {
+        if meta.written_by != self.written_by() {
             return Ok(Some(failure(
                 "OUTPUT_KEY_CONFLICT",
                 "Another job's output is stored where this one's belongs.",
             )));
         }
         // The output exists, so the latest open attempt did its work even if
-        // its run died before saying so: record it. Local work is priced from
-        // the rate card; a remote call's price is unknown here.
-        if let Some(open) = previous
-            .iter()
-            .rev()
-            .find(|a| a.state == "submitting" || a.state == "submitted")
-        {
-            let cost = if open.provider == "local" {
-                Cost::Derived(self.claim.job.estimated_usd)
+        // its run died before saying so: record it, with what it cost when
+        // the provider can still say (a poll is not a paid call).
+        let opened = previous.iter().rev().find(|a| open(a));
+        if let Some(a) = opened {
+            let mut cost = if a.provider == "local" {
+                Cost::Derived(self.run.job().estimated_usd)
             } else {
                 Cost::Unknown
             };
-            let (cost_usd, cost_source) = cost.stored();
-            self.end(
-                open.id,
-                AttemptOutcome {
-                    state: "succeeded",
-                    provider_job_id: None,
-                    error_class: None,
-                    error: None,
-                    duration_ms: 0,
-                    usage: Some(json!({"recovered": true})),
-                    cost_usd,
-                    cost_source,
-                    finished_at: Utc::now(),
-                },
-            )
-            .await?;
+            if let (Some(id), Ok(spec)) = (&a.provider_job_id, self.spec_of(a)) {
+                if let Ok(Poll::Succeeded(f)) = self.provider(&spec).poll(&spec, id).await {
+                    cost = f.cost;
+                }
+            }
+            let mut outcome = ended(AttemptEnd::Succeeded, None, "", cost, 0);
+            outcome.usage = Some(json!({"recovered": true}));
+            self.run.defer(end(a.id, outcome));
         }
-        let winner = previous
-            .iter()
-            .rev()
-            .find(|a| a.state == "succeeded" || a.state == "submitting" || a.state == "submitted");
-        Ok(Some(Generated::Stored(json!({
-            "key": self.key.as_str(),
-            "content_type": meta.content_type,
-            "reused": true,
-            "provider": winner.map(|a| a.provider.clone()),
-            "model": winner.map(|a| a.model.clone()),
-        }))))
+        let winner = opened.or_else(|| {
+            previous
+                .iter()
+                .rev()
+                .find(|a| a.state == AttemptState::Succeeded)
+        });
+        Ok(Some(Generated::Stored(StoredOutput {
+            key: self.key.as_str().to_string(),
+            content_type: meta.content_type,
+            bytes: meta.size,
+            attempt_no: winner.map(|a| a.attempt_no),
+            model: winner.map(|a| a.model.clone()),
+        })))
     }
 
     /// Fetches and stores the output of an attempt recorded as succeeded.
@@ -291,11 +323,11 @@ impl Run<'_> {
         let mut last = String::from("no answer");
         for n in 0..DELIVERY_TRIES {
             match self.provider(spec).poll(spec, &id).await {
-                Ok(Poll::Succeeded(f)) => return self.deliver(spec, a, f).await,
+                Ok(Poll::Succeeded(f)) => return self.deliver(spec, a, f, false).await,
                 Ok(_) => last = "the provider no longer reports the output".into(),
                 Err(e) => last = e.message,
             }
-            if n + 1 < DELIVERY_TRIES && self.pause(spec.backoff_min).await {
+            if n + 1 < DELIVERY_TRIES && self.run.pause(spec.backoff_min).await {
                 return Ok(Generated::Released);
             }
         }
@@ -308,52 +340,59 @@ impl Run<'_> {
     }
 
     /// Downloads the output and stores it at the job's key, put-if-absent.
+    /// The attempt's success is recorded with the run's next commit (when
+    /// `record` is set: a re-delivery's attempt is already recorded).
     async fn deliver(
         &mut self,
         spec: &ModelSpec,
         a: &Attempt,
         f: Finished,
+        record: bool,
     ) -> StoreResult<Generated> {
         let mut last = String::new();
         let mut delays = backoff(spec);
+        if record {
+            let mut outcome = ended(AttemptEnd::Succeeded, None, "", f.cost, duration_ms(a));
+            outcome.usage = Some(f.usage.clone());
+            self.run.defer(end(a.id, outcome));
+        }
         for n in 0..DELIVERY_TRIES {
             match self.provider(spec).fetch(spec, &f.output).await {
                 Ok((bytes, content_type)) => {
                     let meta = NewObjectMeta {
-                        written_by: self.written_by.clone(),
-                        provider: Some(provider_name(spec).into()),
+                        written_by: self.written_by(),
+                        provider: Some(spec.provider_name().into()),
                         content_type: content_type.clone(),
                     };
-                    let size = bytes.len();
-                    return match self
+                    let size = bytes.len() as u64;
+                    let put = self
+                        .run
                         .t
                         .objects()
                         .put_if_absent(&self.key, bytes.into(), &meta)
                         .await
-                        .map_err(internal)?
-                    {
-                        PutOutcome::Exists(m) if m.written_by != self.written_by => Ok(failure(
+                        .map_err(internal)?;
+                    return Ok(match put {
+                        PutOutcome::Exists(m) if m.written_by != self.written_by() => failure(
                             "OUTPUT_KEY_CONFLICT",
                             "Another job's output is stored where this one's belongs.",
-                        )),
+                        ),
                         PutOutcome::Created | PutOutcome::Exists(_) => {
-                            Ok(Generated::Stored(json!({
-                                "key": self.key.as_str(),
-                                "content_type": content_type,
-                                "bytes": size,
-                                "provider": provider_name(spec),
-                                "model": spec.id,
-                                "attempt": a.attempt_no,
-                                "cost_usd": f.cost.stored().0,
-                            })))
+                            Generated::Stored(StoredOutput {
+                                key: self.key.as_str().to_string(),
+                                content_type,
+                                bytes: size,
+                                attempt_no: Some(a.attempt_no),
+                                model: Some(spec.id.clone()),
+                            })
                         }
-                    };
+                    });
                 }
                 Err(e) => last = e.message,
             }
             if n + 1 < DELIVERY_TRIES {
                 let d = delays.next().unwrap_or(spec.backoff_max);
-                if self.pause(d).await {
+                if self.run.pause(d).await {
                     return Ok(Generated::Released);
                 }
             }
@@ -366,45 +405,72 @@ impl Run<'_> {
         )))
     }
 
+    /// Rule 7 (b): the provider accepted the attempt under this id; written
+    /// before polling, so a resumed run polls instead of re-sending.
+    async fn accepted(&mut self, a: &mut Attempt, provider_job_id: String) -> StoreResult<()> {
+        self.run
+            .commit(vec![Op::Submitted {
+                attempt: a.id,
+                provider_job_id: provider_job_id.clone(),
+            }])
+            .await?;
+        a.state = AttemptState::Submitted;
+        a.provider_job_id = Some(provider_job_id);
+        Ok(())
+    }
+
     /// Polls an accepted prediction until it finishes, the node stops, or
     /// the model's polling time runs out (then the job parks).
-    async fn follow(
-        &mut self,
-        spec: &ModelSpec,
-        a: &Attempt,
-        provider_job_id: &str,
-        started: Instant,
-    ) -> StoreResult<Attempted> {
+    async fn follow(&mut self, spec: &ModelSpec, a: &Attempt, id: &str) -> StoreResult<Attempted> {
         // A unit that usually takes a while is not asked about before most
         // of that time has passed, then at a tenth of it.
         let (first, every) = match spec.expected {
-            Some(e) => (e.mul_f64(0.8), (e / 10).max(spec.poll_interval)),
+            Some(e) => (
+                e.mul_f64(0.8).saturating_sub(since(a.started_at)),
+                (e / 10).max(spec.poll_interval),
+            ),
             None => (spec.poll_interval, spec.poll_interval),
         };
         let mut wait = first;
         let mut last_error = None;
+        let mut pending = 0u32;
         loop {
-            if self.pause(wait).await {
+            if self.run.pause(wait).await {
                 return Ok(Attempted::Released);
             }
             wait = every;
-            match self.provider(spec).poll(spec, provider_job_id).await {
+            match self.provider(spec).poll(spec, id).await {
                 Ok(Poll::Pending) => {
                     // Cancelled or reclaimed meanwhile: stop waiting. The
-                    // attempt stays `submitted`, its cost unknown, and the
-                    // hold is settled at the estimate (never by calling again).
-                    if !self
-                        .t
-                        .store()
-                        .claim_held(self.claim.job.id, self.claim.token)
-                        .await?
+                    // attempt stays `submitted`, its cost unknown; the
+                    // terminal write settles its hold at the estimate.
+                    pending += 1;
+                    if pending.is_multiple_of(POLLS_PER_CLAIM_CHECK)
+                        && !self
+                            .run
+                            .t
+                            .store()
+                            .claim_held(self.run.claim.job.id, self.run.claim.token)
+                            .await?
                     {
                         return Err(StoreError::StaleClaim);
                     }
                 }
                 Ok(Poll::Succeeded(f)) => return Ok(Attempted::Succeeded(f)),
                 Ok(Poll::Failed(e)) => return Ok(Attempted::Failed(e)),
-                Err(e) if e.class == ErrorClass::Auth => return Ok(Attempted::Failed(e)),
+                // The prediction was accepted and may be billed in full;
+                // refused status checks prove nothing about it.
+                Err(e) if e.class == ErrorClass::Auth => {
+                    return Ok(Attempted::Parked(parked(
+                        ParkedStage::PollingExhausted,
+                        spec,
+                        a,
+                        json!({
+                            "reason": "The provider refused our credentials while we checked an accepted prediction; it may still be billed.",
+                            "last_error": e.message,
+                        }),
+                    )))
+                }
                 Err(e) => {
                     if let Some(after) = e.retry_after {
                         wait = wait.max(after);
@@ -412,7 +478,7 @@ impl Run<'_> {
                     last_error = Some(e.message);
                 }
             }
-            if started.elapsed() > spec.poll_timeout {
+            if since(a.started_at) > spec.poll_timeout {
                 return Ok(Attempted::Parked(parked(
                     ParkedStage::PollingExhausted,
                     spec,
@@ -427,17 +493,14 @@ impl Run<'_> {
     }
 
     /// An attempt that may have been accepted without an answer.
-    async fn recover_uncertain(
-        &mut self,
-        spec: &ModelSpec,
-        a: &Attempt,
-        started: Instant,
-    ) -> StoreResult<Attempted> {
+    async fn recover_uncertain(&mut self, spec: &ModelSpec, a: &Attempt) -> StoreResult<Attempted> {
+        let mut a = a.clone();
         let mut delays = backoff(spec);
+        let mut last = String::from("no answer");
         if spec.idempotency {
             // The provider deduplicates: the same key cannot be paid twice.
             for _ in 0..RECOVERY_TRIES {
-                let input = self.input().await?;
+                let input = self.input(spec).await?;
                 let sent = self
                     .provider(spec)
                     .submit(spec, &input, &a.idempotency_key)
@@ -445,112 +508,103 @@ impl Run<'_> {
                 drop(input);
                 match sent {
                     Ok(Submission::Accepted { provider_job_id }) => {
-                        self.t
-                            .store()
-                            .attempt_submitted(a.id, a.job_id, &provider_job_id, Utc::now())
-                            .await?;
-                        return self.follow(spec, a, &provider_job_id, started).await;
+                        self.accepted(&mut a, provider_job_id.clone()).await?;
+                        return self.follow(spec, &a, &provider_job_id).await;
                     }
                     Ok(Submission::Finished(f)) => return Ok(Attempted::Succeeded(f)),
                     Err(e)
-                        if e.class == ErrorClass::Uncertain
-                            || e.class == ErrorClass::RateLimited
-                            || e.class == ErrorClass::Unavailable =>
+                        if matches!(
+                            e.class,
+                            ErrorClass::Uncertain
+                                | ErrorClass::RateLimited
+                                | ErrorClass::Unavailable
+                        ) =>
                     {
+                        last = e.message;
                         let d = e
                             .retry_after
                             .unwrap_or_else(|| delays.next().unwrap_or(spec.backoff_max));
-                        if self.pause(d).await {
+                        if self.run.pause(d).await {
                             return Ok(Attempted::Released);
                         }
                     }
-                    Err(e) => return Ok(Attempted::Failed(e)),
+                    // A refusal of the re-send proves nothing about the
+                    // first send, which may have been accepted and paid.
+                    Err(e) => {
+                        last = format!(
+                            "the re-send was refused ({}): {}",
+                            e.class.as_str(),
+                            e.message
+                        );
+                        break;
+                    }
                 }
             }
-            return Ok(Attempted::Parked(parked(
-                ParkedStage::SubmissionUncertain,
-                spec,
-                a,
-                json!({"reason": format!("Re-sent {RECOVERY_TRIES} times under the same key without an answer.")}),
-            )));
-        }
-        if spec.lookup {
+        } else if spec.lookup {
             for _ in 0..RECOVERY_TRIES {
                 match self.provider(spec).lookup(spec, &a.idempotency_key).await {
-                    Ok(Some(provider_job_id)) => {
-                        self.t
-                            .store()
-                            .attempt_submitted(a.id, a.job_id, &provider_job_id, Utc::now())
-                            .await?;
-                        return self.follow(spec, a, &provider_job_id, started).await;
+                    Ok(Lookup::Found(provider_job_id)) => {
+                        self.accepted(&mut a, provider_job_id.clone()).await?;
+                        return self.follow(spec, &a, &provider_job_id).await;
                     }
-                    // The provider made nothing under our key: nothing was
-                    // charged, and a new attempt is safe.
-                    Ok(None) => {
+                    // The provider says it made nothing under our key:
+                    // nothing was charged, and a new attempt is safe.
+                    Ok(Lookup::NotFound) => {
                         return Ok(Attempted::Failed(ProviderError::new(
                             ErrorClass::Timeout,
                             "no answer, and the provider has no prediction under our key",
                             Cost::Nothing,
                         )))
                     }
-                    Err(e) => {
-                        let d = e
-                            .retry_after
-                            .unwrap_or_else(|| delays.next().unwrap_or(spec.backoff_max));
-                        if self.pause(d).await {
-                            return Ok(Attempted::Released);
-                        }
-                    }
+                    Ok(Lookup::Unclear(why)) => last = format!("the look-up proved nothing: {why}"),
+                    Err(e) => last = e.message,
+                }
+                let d = delays.next().unwrap_or(spec.backoff_max);
+                if self.run.pause(d).await {
+                    return Ok(Attempted::Released);
                 }
             }
+        } else {
+            last = "the provider can neither deduplicate a re-send nor be asked by our key".into();
         }
-        // Neither: nothing may be re-sent blindly.
-        let evidence = json!({
-            "reason": "The request may have been accepted and no answer came; the provider can neither deduplicate it nor be asked by our key.",
-            "idempotency_key": a.idempotency_key,
-        });
+        // Nothing may be re-sent blindly.
         Ok(match spec.on_uncertain {
-            OnUncertain::Park => Attempted::Parked(parked(ParkedStage::SubmissionUncertain, spec, a, evidence)),
-            OnUncertain::Refund => Attempted::UncertainRefund(
-                "The provider may have accepted the request but never answered; by this model's policy the job is refunded.".into(),
-            ),
+            OnUncertain::Park => Attempted::Parked(parked(
+                ParkedStage::SubmissionUncertain,
+                spec,
+                &a,
+                json!({
+                    "reason": "The request may have been accepted and no answer came; whether it was paid is unknown.",
+                    "idempotency_key": a.idempotency_key,
+                    "last_error": last,
+                }),
+            )),
+            OnUncertain::Refund => Attempted::UncertainRefund(format!(
+                "The provider may have accepted the request but never answered ({last}); by this model's policy the job is refunded."
+            )),
         })
     }
 
-    /// Records an attempt's outcome. `Some` ends the step; `None` means it
-    /// failed in a way the chain may retry.
+    /// Records an attempt's outcome with the next commit. `Some` ends the
+    /// step; `None` means it failed in a way the chain may retry.
     async fn conclude(
         &mut self,
         spec: &ModelSpec,
         a: &Attempt,
         attempted: Attempted,
-        started: Instant,
     ) -> StoreResult<Option<Generated>> {
-        let duration_ms = started.elapsed().as_millis() as i64;
+        let duration_ms = duration_ms(a);
         match attempted {
-            Attempted::Succeeded(f) => {
-                let (cost_usd, cost_source) = f.cost.stored();
-                self.end(
-                    a.id,
-                    AttemptOutcome {
-                        state: "succeeded",
-                        provider_job_id: None,
-                        error_class: None,
-                        error: None,
-                        duration_ms,
-                        usage: Some(f.usage.clone()),
-                        cost_usd,
-                        cost_source,
-                        finished_at: Utc::now(),
-                    },
-                )
-                .await?;
-                Ok(Some(self.deliver(spec, a, f).await?))
-            }
+            Attempted::Succeeded(f) => Ok(Some(self.deliver(spec, a, f, true).await?)),
             Attempted::Failed(e) => {
-                let mut outcome = failed_outcome(e.class.as_str(), &e.message, e.cost, duration_ms);
-                outcome.usage = None;
-                self.end(a.id, outcome).await?;
+                let outcome = ended(
+                    AttemptEnd::Failed,
+                    Some(e.class.as_str()),
+                    &e.message,
+                    e.cost,
+                    duration_ms,
+                );
+                self.run.defer(end(a.id, outcome));
                 Ok(match e.class {
                     ErrorClass::Auth | ErrorClass::InvalidInput | ErrorClass::Cancelled => {
                         Some(stop(&e))
@@ -559,11 +613,15 @@ impl Run<'_> {
                 })
             }
             Attempted::UncertainRefund(message) => {
-                self.end(
-                    a.id,
-                    failed_outcome("uncertain", &message, Cost::Unknown, duration_ms),
-                )
-                .await?;
+                // Unpriced: the estimate stays booked (rule 11).
+                let outcome = ended(
+                    AttemptEnd::Failed,
+                    Some("uncertain"),
+                    &message,
+                    Cost::Unknown,
+                    duration_ms,
+                );
+                self.run.defer(end(a.id, outcome));
                 Ok(Some(failure("SUBMISSION_UNCERTAIN", message)))
             }
             Attempted::Parked(p) => Ok(Some(Generated::Parked(p))),
@@ -571,58 +629,88 @@ impl Run<'_> {
         }
     }
 
+    /// Rules 7 and 11 (a): the attempt and its hold, in one unit with what
+    /// the run deferred, before anything is sent. `None` when the day
+    /// cannot hold it.
+    async fn begin(&mut self, spec: &ModelSpec, attempt_no: i32) -> StoreResult<Option<Attempt>> {
+        let job = self.run.job();
+        let new = NewAttempt {
+            id: AttemptId::new(),
+            job_id: job.id,
+            purpose: Purpose::Generate,
+            provider: spec.provider_name().into(),
+            endpoint: spec.endpoint.clone(),
+            model: spec.id.clone(),
+            attempt_no,
+            idempotency_key: format!("{}:{attempt_no}", job.id),
+            hold: Some(Hold {
+                day: Utc::now().date_naive(),
+                amount: spec.estimate(&job.request),
+                default_cap: self.run.t.config().daily_cap_usd,
+            }),
+            started_at: Utc::now(),
+        };
+        let a = Attempt {
+            id: new.id,
+            job_id: new.job_id,
+            purpose: new.purpose,
+            provider: new.provider.clone(),
+            endpoint: new.endpoint.clone(),
+            model: new.model.clone(),
+            attempt_no,
+            state: AttemptState::Submitting,
+            idempotency_key: new.idempotency_key.clone(),
+            provider_job_id: None,
+            error_class: None,
+            error: None,
+            duration_ms: None,
+            usage: None,
+            cost_usd: None,
+            cost_source: None,
+            hold_usd: new.hold.map(|h| h.amount),
+            budget_day: new.hold.map(|h| h.day),
+            settled_usd: None,
+            started_at: new.started_at,
+            finished_at: None,
+        };
+        Ok(match self.run.commit(vec![Op::BeginAttempt(new)]).await? {
+            Applied::Refused => None,
+            _ => Some(a),
+        })
+    }
+
     /// The chain: each model's remaining attempts, then the next model where
-    /// the policy allows it.
-    /// `previous` are the job's attempts so far (their states may have moved
-    /// since; only how many there are, and of which model, is used).
+    /// the policy allows it. `previous` are the job's attempts so far (only
+    /// how many there are, and of which model, is used).
     async fn chain(
         &mut self,
         chain: &[ModelSpec],
         mut previous: Vec<Attempt>,
     ) -> StoreResult<Generated> {
-        let job = self.claim.job.id;
+        let job = self.run.job().id;
         let mut last: Option<ProviderError> = None;
         for (i, spec) in chain.iter().enumerate() {
-            let mut used = previous.iter().filter(|a| a.model == spec.id).count() as u32;
+            let mut used = previous
+                .iter()
+                .filter(|a| a.model == spec.id && a.purpose == Purpose::Generate)
+                .count() as u32;
             let mut delays = backoff(spec);
             let mut leave = FallbackReason::Exhausted;
             while used < spec.attempts {
-                if *self.stopped.borrow() {
+                if self.run.stopping() {
                     return Ok(Generated::Released);
                 }
-                let input = self.input().await?;
-                let attempt_no = previous.len() as i32 + 1;
-                let new = NewAttempt {
-                    id: uuid::Uuid::new_v4(),
-                    job_id: job,
-                    provider: provider_name(spec).into(),
-                    model: spec.id.clone(),
-                    attempt_no,
-                    idempotency_key: format!("{job}:{attempt_no}"),
-                    started_at: Utc::now(),
-                };
-                // Rule 7: written down before the request leaves.
-                self.t.store().begin_attempt(&new, self.claim.token).await?;
-                let a = Attempt {
-                    id: new.id,
-                    job_id: job,
-                    provider: new.provider.clone(),
-                    model: new.model.clone(),
-                    attempt_no,
-                    state: "submitting".into(),
-                    idempotency_key: new.idempotency_key.clone(),
-                    provider_job_id: None,
-                    error_class: None,
-                    error: None,
-                    duration_ms: None,
-                    usage: None,
-                    cost_usd: None,
-                    cost_source: None,
-                    started_at: new.started_at,
+                let attempt_no = previous.iter().map(|a| a.attempt_no).max().unwrap_or(0) + 1;
+                // Rule 11: no call is sent that the day cannot hold.
+                let Some(mut a) = self.begin(spec, attempt_no).await? else {
+                    return Ok(failure(
+                        "SPENDING_PAUSED",
+                        "Spending is paused for today; your credits were refunded. Please try again later.",
+                    ));
                 };
                 used += 1;
                 previous.push(a.clone());
-                let started = Instant::now();
+                let input = self.input(spec).await?;
                 let sent = self
                     .provider(spec)
                     .submit(spec, &input, &a.idempotency_key)
@@ -631,33 +719,30 @@ impl Run<'_> {
                 let attempted = match sent {
                     Ok(Submission::Finished(f)) => Attempted::Succeeded(f),
                     Ok(Submission::Accepted { provider_job_id }) => {
-                        self.t
-                            .store()
-                            .attempt_submitted(a.id, job, &provider_job_id, Utc::now())
-                            .await?;
-                        self.follow(spec, &a, &provider_job_id, started).await?
+                        self.accepted(&mut a, provider_job_id.clone()).await?;
+                        self.follow(spec, &a, &provider_job_id).await?
                     }
                     Err(e) if e.class == ErrorClass::Uncertain => {
-                        self.recover_uncertain(spec, &a, started).await?
+                        self.recover_uncertain(spec, &a).await?
                     }
                     Err(e) => Attempted::Failed(e),
                 };
-                let class = match &attempted {
-                    Attempted::Failed(e) => Some((e.class, e.retry_after, e.clone())),
+                let failed = match &attempted {
+                    Attempted::Failed(e) => Some(e.clone()),
                     _ => None,
                 };
-                if let Some(done) = self.conclude(spec, &a, attempted, started).await? {
+                if let Some(done) = self.conclude(spec, &a, attempted).await? {
                     return Ok(done);
                 }
-                let Some((class, retry_after, error)) = class else {
+                let Some(error) = failed else {
                     continue;
                 };
-                last = Some(error);
                 let can_leave =
                     |r: FallbackReason| i + 1 < chain.len() && chain[0].fallback_on.contains(&r);
-                match class {
+                match error.class {
                     ErrorClass::Unavailable if can_leave(FallbackReason::Unavailable) => {
                         leave = FallbackReason::Unavailable;
+                        last = Some(error);
                         break;
                     }
                     // It may have been charged for the full run: past the
@@ -665,16 +750,19 @@ impl Run<'_> {
                     ErrorClass::Refused | ErrorClass::Failed
                         if spec
                             .prediction_window
-                            .is_some_and(|w| started.elapsed() > w) =>
+                            .is_some_and(|w| since(a.started_at) > w) =>
                     {
+                        last = Some(error);
                         break;
                     }
                     _ => {}
                 }
+                let retry_after = error.retry_after;
+                last = Some(error);
                 if used < spec.attempts {
                     let d =
                         retry_after.unwrap_or_else(|| delays.next().unwrap_or(spec.backoff_max));
-                    if self.pause(d).await {
+                    if self.run.pause(d).await {
                         return Ok(Generated::Released);
                     }
                 }
@@ -693,6 +781,10 @@ impl Run<'_> {
             ),
         })
     }
+}
+
+fn duration_ms(a: &Attempt) -> i64 {
+    i64::try_from(since(a.started_at).as_millis()).unwrap_or(i64::MAX)
 }
 
 /// The failure a job ends with after this error.
@@ -731,17 +823,10 @@ fn parked(stage: ParkedStage, spec: &ModelSpec, a: &Attempt, evidence: Value) ->
     NewParked {
         stage,
         evidence,
-        provider: Some(provider_name(spec).into()),
+        provider: Some(spec.provider_name().into()),
         model: Some(spec.id.clone()),
         provider_job_id: a.provider_job_id.clone(),
         attempt_id: Some(a.id),
-    }
-}
-
-fn provider_name(spec: &ModelSpec) -> &'static str {
-    match spec.provider {
-        ProviderKind::Local => "local",
-        ProviderKind::Http => "http",
     }
 }
 
@@ -753,4 +838,22 @@ fn backoff(spec: &ModelSpec) -> impl Iterator<Item = Duration> {
         .with_jitter()
         .with_max_times(64)
         .build()
+}
+
+/// Tests of the pure parts; the runner's behaviour is tested against the
+/// mock provider in `tests/providers.rs` on both backends.
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_known_costs_are_numbers() {
+        assert_eq!(stored_cost(Cost::Unknown), None);
+        assert_eq!(
+            stored_cost(Cost::Nothing),
+            Some((Usd::ZERO, CostSource::Derived))
+        );
+        let q = Usd::parse("0.05").unwrap();
+        assert_eq!(stored_cost(Cost::Quoted(q)), Some((q, CostSource::Quoted)));
+    }
 }

@@ -1,28 +1,30 @@
 //! Every SQL statement Tollgate runs lives under this module.
 //!
-//! `Store` is the one interface; `sqlite` and `postgres` implement it with the
-//! same method names, and the backend is chosen once, from the database URL,
-//! at start. The conformance suite in `tests/` runs every method on both.
+//! `Store` is the one interface. Its statements are written once, in
+//! `ops/`, and compiled for each backend (`sqlite`, `postgres`), which set
+//! only their dialect: the few SQL fragments that must differ and how money
+//! is stored (`codec`). The backend is chosen once, from the database URL,
+//! at start; the conformance suites in `tests/` run every method on both.
 
+mod codec;
 mod postgres;
-mod postgres_exec;
-mod postgres_jobs;
 mod records;
 mod sessions;
 mod sqlite;
-mod sqlite_exec;
-mod sqlite_jobs;
 
-pub use postgres_exec::PgDoorbell;
+pub use postgres::PgDoorbell;
 pub use records::{
-    ApiToken, Asset, Attempt, AttemptOutcome, BudgetDay, Claim, Job, JobCursor, JobEvent,
-    JobFilter, LedgerEntry, MetricsSnapshot, NewApiToken, NewAsset, NewAttempt, NewJob,
-    NewLedgerEntry, NewParked, NewUser, Outcome, Parked, ParkedStage, StepRecord, Submitted, User,
+    ApiToken, Applied, Asset, Attempt, AttemptOutcome, BudgetDay, Claim, Finish, Halt, Hold, Job,
+    JobCursor, JobEvent, JobFilter, LedgerEntry, MetricsSnapshot, NewApiToken, NewAsset,
+    NewAttempt, NewJob, NewLedgerEntry, NewParked, NewUser, Op, Parked, ParkedStage, Purpose,
+    Submitted, Unit, User,
 };
 pub use sessions::SessionBackend;
 
-use crate::model::{ApiTokenId, AssetId, Credits, JobId, Role, UserId};
-use chrono::{DateTime, Utc};
+use crate::model::{ApiTokenId, AssetId, Credits, JobId, Role, Usd, UserId};
+use chrono::{DateTime, NaiveDate, Utc};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// What can go wrong below the engine. Constraint and trigger failures that
 /// carry meaning get their own variant; the rest is `Database`.
@@ -70,9 +72,42 @@ impl From<sqlx::Error> for StoreError {
     }
 }
 
-/// Whether an error is a unique-constraint violation (either backend).
-fn is_unique_violation(e: &sqlx::Error) -> bool {
-    matches!(e, sqlx::Error::Database(db) if db.is_unique_violation())
+/// Commits (and the statements they carried) by purpose, for `/metrics`
+/// and the benchmarks: what a job costs the database.
+#[derive(Debug, Default)]
+pub struct Counters {
+    commits: [AtomicU64; 5],
+    statements: [AtomicU64; 5],
+}
+
+impl Counters {
+    fn index(purpose: Purpose) -> usize {
+        Purpose::ALL
+            .iter()
+            .position(|p| *p == purpose)
+            .unwrap_or(Purpose::ALL.len() - 1)
+    }
+
+    fn add(&self, purpose: Purpose, statements: u64) {
+        let i = Counters::index(purpose);
+        self.commits[i].fetch_add(1, Ordering::Relaxed);
+        self.statements[i].fetch_add(statements, Ordering::Relaxed);
+    }
+
+    /// `(purpose, commits, statements)` so far.
+    pub fn snapshot(&self) -> Vec<(Purpose, u64, u64)> {
+        Purpose::ALL
+            .iter()
+            .map(|p| {
+                let i = Counters::index(*p);
+                (
+                    *p,
+                    self.commits[i].load(Ordering::Relaxed),
+                    self.statements[i].load(Ordering::Relaxed),
+                )
+            })
+            .collect()
+    }
 }
 
 /// Which database a store talks to.
@@ -85,8 +120,8 @@ pub enum Backend {
 /// The one storage interface. Cheap to clone (pools inside).
 #[derive(Clone, Debug)]
 pub enum Store {
-    Sqlite(sqlite::SqliteStore),
-    Postgres(postgres::PgStore),
+    Sqlite(sqlite::Backend),
+    Postgres(postgres::Backend),
 }
 
 /// Calls the backend's method. The call's future is boxed: a caller that
@@ -105,10 +140,15 @@ impl Store {
     /// Opens the database a URL names: `sqlite://PATH` (the file and its
     /// folder are created) or `postgres://...`.
     pub async fn connect(url: &str) -> StoreResult<Store> {
+        let counters = Arc::new(Counters::default());
         if url.starts_with("sqlite:") {
-            Ok(Store::Sqlite(sqlite::SqliteStore::connect(url).await?))
+            Ok(Store::Sqlite(
+                sqlite::Backend::connect(url, counters).await?,
+            ))
         } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            Ok(Store::Postgres(postgres::PgStore::connect(url).await?))
+            Ok(Store::Postgres(
+                postgres::Backend::connect(url, counters).await?,
+            ))
         } else {
             Err(StoreError::UnsupportedUrl(url.to_string()))
         }
@@ -128,6 +168,14 @@ impl Store {
 
     pub async fn ping(&self) -> StoreResult<()> {
         dispatch!(self, s => s.ping().await)
+    }
+
+    /// Commits and statements so far, by purpose.
+    pub fn counters(&self) -> Vec<(Purpose, u64, u64)> {
+        match self {
+            Store::Sqlite(s) => s.counters(),
+            Store::Postgres(s) => s.counters(),
+        }
     }
 
     pub fn session_backend(&self) -> SessionBackend {
@@ -287,22 +335,11 @@ impl Store {
         dispatch!(self, s => s.list_jobs(filter).await)
     }
 
-    /// Rule 9: cancels only a job that is not terminal, and refunds it in the
-    /// same transaction. `None` when it was already terminal.
+    /// Rule 9: cancels only a job that is not terminal, and in the same
+    /// transaction refunds it and settles its holds. `None` when it was
+    /// already terminal.
     pub async fn cancel_job(&self, id: JobId, at: DateTime<Utc>) -> StoreResult<Option<Job>> {
         dispatch!(self, s => s.cancel_job(id, at).await)
-    }
-
-    /// Rule 9: writes a terminal outcome only over a job that is not
-    /// terminal; a failure is refunded in the same transaction. `None` when
-    /// another terminal state won.
-    pub async fn finish_job(
-        &self,
-        id: JobId,
-        outcome: &Outcome,
-        at: DateTime<Utc>,
-    ) -> StoreResult<Option<Job>> {
-        dispatch!(self, s => s.finish_job(id, outcome, at).await)
     }
 
     /// Rule 3: refunds a failed or cancelled job, once, however often called.
@@ -319,63 +356,50 @@ impl Store {
         dispatch!(self, s => s.expire_idempotency_keys(created_before).await)
     }
 
-    // ---- execution: claims, steps, attempts, the breaker ----
-
-    /// Rule 5: claims up to `n` jobs that are queued or whose lease expired,
-    /// in one conditional update that sets the lease and bumps each job's
-    /// fencing token (`FOR UPDATE SKIP LOCKED` on PostgreSQL).
-    pub async fn claim_jobs(
-        &self,
-        worker: &str,
-        n: i64,
-        lease_until: DateTime<Utc>,
-        now: DateTime<Utc>,
-    ) -> StoreResult<Vec<Claim>> {
-        dispatch!(self, s => s.claim_jobs(worker, n, lease_until, now).await)
-    }
-
-    /// Extends a lease; false when the token is stale.
-    pub async fn heartbeat(
+    /// Puts an observation on a job's timeline (a run that found its claim
+    /// gone says so; it changes nothing else).
+    pub async fn note_event(
         &self,
         job: JobId,
-        token: i64,
-        lease_until: DateTime<Utc>,
-    ) -> StoreResult<bool> {
-        dispatch!(self, s => s.heartbeat(job, token, lease_until).await)
+        kind: &str,
+        detail: &serde_json::Value,
+        at: DateTime<Utc>,
+    ) -> StoreResult<()> {
+        dispatch!(self, s => s.note_event(job, kind, detail, at).await)
+    }
+
+    /// The stored output's key and content type, once the job succeeded.
+    pub async fn job_output(&self, job: JobId) -> StoreResult<Option<(String, String)>> {
+        dispatch!(self, s => s.job_output(job).await)
+    }
+
+    // ---- execution: claims, units of work, attempts, the breaker ----
+
+    /// Rule 5: claims up to `n` jobs that are queued or whose lease ran out,
+    /// in one conditional update that leases each for `lease_s` seconds of
+    /// the database's clock and bumps its fencing token (`FOR UPDATE SKIP
+    /// LOCKED` on PostgreSQL).
+    pub async fn claim_jobs(&self, worker: &str, n: i64, lease_s: f64) -> StoreResult<Vec<Claim>> {
+        dispatch!(self, s => s.claim_jobs(worker, n, lease_s).await)
     }
 
     /// Extends the lease of every job this node's runs hold: one write per
     /// beat however many jobs are in flight. Returns how many were extended.
-    pub async fn heartbeat_owner(
-        &self,
-        owner: &str,
-        lease_until: DateTime<Utc>,
-    ) -> StoreResult<u64> {
-        dispatch!(self, s => s.heartbeat_owner(owner, lease_until).await)
+    pub async fn heartbeat_owner(&self, owner: &str, lease_s: f64) -> StoreResult<u64> {
+        dispatch!(self, s => s.heartbeat_owner(owner, lease_s).await)
     }
 
-    /// Rule 7: the provider accepted the attempt under this id; a resumed
-    /// run polls it and never submits it again.
-    pub async fn attempt_submitted(
-        &self,
-        id: uuid::Uuid,
-        job: JobId,
-        provider_job_id: &str,
-        at: DateTime<Utc>,
-    ) -> StoreResult<()> {
-        dispatch!(self, s => s.attempt_submitted(id, job, provider_job_id, at).await)
+    /// Applies runs' units of work in one transaction (group commit), each
+    /// with its own fencing check: a stale unit writes nothing and the rest
+    /// commit. The results are in the units' order.
+    pub async fn apply(&self, units: &[Unit]) -> Vec<StoreResult<Applied>> {
+        dispatch!(self, s => s.apply(units).await)
     }
 
-    /// Parks a held job for a person's decision, with its evidence, in one
-    /// transaction with the token check; its budget hold stays.
-    pub async fn park_claimed(
-        &self,
-        job: JobId,
-        token: i64,
-        parked: &NewParked,
-        at: DateTime<Utc>,
-    ) -> StoreResult<Parked> {
-        dispatch!(self, s => s.park_claimed(job, token, parked, at).await)
+    /// Applies one unit of work on its own.
+    pub async fn apply_one(&self, unit: Unit) -> StoreResult<Applied> {
+        let mut out = self.apply(std::slice::from_ref(&unit)).await;
+        out.pop().unwrap_or(Err(StoreError::NotFound))
     }
 
     /// Parked records, newest first: open ones, optionally of one stage.
@@ -401,65 +425,6 @@ impl Store {
         }
     }
 
-    /// Gives a held job back to the queue (graceful shutdown).
-    pub async fn release_claim(
-        &self,
-        job: JobId,
-        token: i64,
-        at: DateTime<Utc>,
-    ) -> StoreResult<bool> {
-        dispatch!(self, s => s.release_claim(job, token, at).await)
-    }
-
-    /// Rule 6: the steps a job has completed, with their recorded outputs.
-    pub async fn steps(&self, job: JobId) -> StoreResult<Vec<StepRecord>> {
-        dispatch!(self, s => s.steps(job).await)
-    }
-
-    /// Records a completed step in one transaction with the token check;
-    /// `StaleClaim` when the run no longer holds the job.
-    pub async fn complete_step(
-        &self,
-        job: JobId,
-        token: i64,
-        step: &str,
-        output: &serde_json::Value,
-        at: DateTime<Utc>,
-    ) -> StoreResult<()> {
-        dispatch!(self, s => s.complete_step(job, token, step, output, at).await)
-    }
-
-    /// Rule 9 for a held job: the terminal write names the token and matches
-    /// only a running job; a failure is refunded in the same transaction.
-    pub async fn finish_claimed(
-        &self,
-        job: JobId,
-        token: i64,
-        outcome: &Outcome,
-        output: Option<(&str, &str)>,
-        review: Option<&serde_json::Value>,
-        at: DateTime<Utc>,
-    ) -> StoreResult<Job> {
-        dispatch!(self, s => s.finish_claimed(job, token, outcome, output, review, at).await)
-    }
-
-    /// The stored output's key and content type, once the job succeeded.
-    pub async fn job_output(&self, job: JobId) -> StoreResult<Option<(String, String)>> {
-        dispatch!(self, s => s.job_output(job).await)
-    }
-
-    /// Puts an observation on a job's timeline (a run that found its claim
-    /// gone says so; it changes nothing else).
-    pub async fn note_event(
-        &self,
-        job: JobId,
-        kind: &str,
-        detail: &serde_json::Value,
-        at: DateTime<Utc>,
-    ) -> StoreResult<()> {
-        dispatch!(self, s => s.note_event(job, kind, detail, at).await)
-    }
-
     /// Whether a run still holds its claim (the job is running under this
     /// token): a long poll asks now and then, and stops when it does not.
     pub async fn claim_held(&self, job: JobId, token: i64) -> StoreResult<bool> {
@@ -469,16 +434,6 @@ impl Store {
     /// Who holds a job and its current fencing token.
     pub async fn job_lease(&self, job: JobId) -> StoreResult<Option<(Option<String>, i64)>> {
         dispatch!(self, s => s.job_lease(job).await)
-    }
-
-    /// Rule 7: writes the attempt (`submitting`) before the request leaves.
-    pub async fn begin_attempt(&self, new: &NewAttempt, token: i64) -> StoreResult<()> {
-        dispatch!(self, s => s.begin_attempt(new, token).await)
-    }
-
-    /// Rule 10: records an attempt's outcome once; telemetry may be refreshed.
-    pub async fn end_attempt(&self, id: uuid::Uuid, outcome: &AttemptOutcome) -> StoreResult<()> {
-        dispatch!(self, s => s.end_attempt(id, outcome).await)
     }
 
     pub async fn attempts(&self, job: JobId) -> StoreResult<Vec<Attempt>> {
@@ -493,55 +448,30 @@ impl Store {
         dispatch!(self, s => s.attempts_of(jobs).await)
     }
 
-    pub async fn budget_day(
-        &self,
-        day: chrono::NaiveDate,
-        default_cap: crate::model::Usd,
-    ) -> StoreResult<BudgetDay> {
+    /// A day of the breaker (the default cap and nothing used when no hold
+    /// was ever taken against it).
+    pub async fn budget_day(&self, day: NaiveDate, default_cap: Usd) -> StoreResult<BudgetDay> {
         dispatch!(self, s => s.budget_day(day, default_cap).await)
     }
 
+    /// Sets a day's cap, and halts or resumes it, recording who and why.
     pub async fn set_budget(
         &self,
-        day: chrono::NaiveDate,
-        default_cap: crate::model::Usd,
-        cap: Option<crate::model::Usd>,
-        halted: Option<bool>,
+        day: NaiveDate,
+        default_cap: Usd,
+        cap: Option<Usd>,
+        halt: Option<&Halt>,
     ) -> StoreResult<BudgetDay> {
-        dispatch!(self, s => s.set_budget(day, default_cap, cap, halted).await)
-    }
-
-    /// Rule 11: a reservation against the day's cap, refused when halted or
-    /// when it would go over.
-    pub async fn reserve(
-        &self,
-        job: JobId,
-        token: i64,
-        day: chrono::NaiveDate,
-        default_cap: crate::model::Usd,
-        amount: crate::model::Usd,
-        at: DateTime<Utc>,
-    ) -> StoreResult<bool> {
-        dispatch!(self, s => s.reserve(job, token, day, default_cap, amount, at).await)
-    }
-
-    /// Settles a job's held reservation (an unknown cost stays at the estimate).
-    pub async fn settle(
-        &self,
-        job: JobId,
-        cost: Option<crate::model::Usd>,
-        at: DateTime<Utc>,
-    ) -> StoreResult<bool> {
-        dispatch!(self, s => s.settle(job, cost, at).await)
+        dispatch!(self, s => s.set_budget(day, default_cap, cap, halt).await)
     }
 
     pub async fn metrics_snapshot(&self) -> StoreResult<MetricsSnapshot> {
         dispatch!(self, s => s.metrics_snapshot().await)
     }
 
-    /// Finished jobs whose budget hold was never settled (their run died
-    /// between the terminal write and the settlement).
-    pub async fn held_on_finished_jobs(&self, limit: i64) -> StoreResult<Vec<JobId>> {
-        dispatch!(self, s => s.held_on_finished_jobs(limit).await)
+    /// Rule 11's safety net: settles holds still counted for jobs that
+    /// ended, from what their attempts recorded. Returns how many.
+    pub async fn settle_left_holds(&self) -> StoreResult<u64> {
+        dispatch!(self, s => s.settle_left_holds().await)
     }
 }

@@ -1,8 +1,9 @@
 //! The rows the store reads and writes, in domain types.
 
 use crate::model::{
-    ApiTokenId, AssetId, Credits, Email, JobId, JobKind, JobRequest, JobStatus, LedgerEntryId,
-    LedgerKind, Role, Usd, UserId,
+    ApiTokenId, AssetId, AttemptEnd, AttemptId, AttemptState, CostSource, Credits, Email, JobId,
+    JobKind, JobRequest, JobStatus, LedgerEntryId, LedgerKind, ParkedId, Progress,
+    Purpose as AttemptPurpose, Review, Role, Usd, UserId,
 };
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -103,7 +104,9 @@ pub struct Job {
     /// Set when the output is stored.
     pub output_content_type: Option<String>,
     /// What the review found, when one ran.
-    pub review: Option<serde_json::Value>,
+    pub review: Option<Review>,
+    /// The typed outputs of the steps completed so far (rule 6).
+    pub progress: Progress,
 }
 
 #[derive(Clone, Debug)]
@@ -124,13 +127,6 @@ pub struct NewJob {
 pub enum Submitted {
     Created(Job),
     Existing(Job),
-}
-
-/// A terminal outcome a worker (or a test) writes; the first one wins.
-#[derive(Clone, Debug)]
-pub enum Outcome {
-    Succeeded,
-    Failed(serde_json::Value),
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -164,47 +160,55 @@ pub struct Claim {
     pub token: i64,
 }
 
-/// A completed step's recorded output.
-#[derive(Clone, Debug)]
-pub struct StepRecord {
-    pub step: String,
-    pub output: serde_json::Value,
+/// A hold of a model's estimate against a day's budget (rule 11), taken by
+/// the attempt's own write or not at all.
+#[derive(Clone, Copy, Debug)]
+pub struct Hold {
+    pub day: chrono::NaiveDate,
+    pub amount: Usd,
+    /// The day's cap when the day has no row yet.
+    pub default_cap: Usd,
 }
 
 /// A provider attempt as it is written before the call (rule 7).
 #[derive(Clone, Debug)]
 pub struct NewAttempt {
-    pub id: uuid::Uuid,
+    pub id: AttemptId,
     pub job_id: JobId,
+    pub purpose: AttemptPurpose,
     pub provider: String,
+    /// Where the call goes; recovery sends nowhere else.
+    pub endpoint: Option<String>,
     pub model: String,
     pub attempt_no: i32,
     pub idempotency_key: String,
+    pub hold: Option<Hold>,
     pub started_at: DateTime<Utc>,
 }
 
 /// What an attempt ended as. `cost_usd: None` is unpriced, never zero.
 #[derive(Clone, Debug)]
 pub struct AttemptOutcome {
-    pub state: &'static str,
+    pub end: AttemptEnd,
     pub provider_job_id: Option<String>,
     pub error_class: Option<String>,
     pub error: Option<String>,
     pub duration_ms: i64,
     pub usage: Option<serde_json::Value>,
-    pub cost_usd: Option<Usd>,
-    pub cost_source: Option<&'static str>,
+    pub cost: Option<(Usd, CostSource)>,
     pub finished_at: DateTime<Utc>,
 }
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Attempt {
-    pub id: uuid::Uuid,
+    pub id: AttemptId,
     pub job_id: JobId,
+    pub purpose: AttemptPurpose,
     pub provider: String,
+    pub endpoint: Option<String>,
     pub model: String,
     pub attempt_no: i32,
-    pub state: String,
+    pub state: AttemptState,
     pub idempotency_key: String,
     pub provider_job_id: Option<String>,
     pub error_class: Option<String>,
@@ -212,8 +216,125 @@ pub struct Attempt {
     pub duration_ms: Option<i64>,
     pub usage: Option<serde_json::Value>,
     pub cost_usd: Option<Usd>,
-    pub cost_source: Option<String>,
+    pub cost_source: Option<CostSource>,
+    /// The estimate held against `budget_day` before the call.
+    pub hold_usd: Option<Usd>,
+    pub budget_day: Option<chrono::NaiveDate>,
+    /// What settled the hold: the cost, or the hold when the cost is unknown.
+    pub settled_usd: Option<Usd>,
     pub started_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+}
+
+impl Attempt {
+    /// Whether its hold still counts as reserved.
+    pub fn holding(&self) -> bool {
+        self.hold_usd.is_some() && self.settled_usd.is_none()
+    }
+}
+
+/// A run's terminal write (rule 9).
+#[derive(Clone, Debug)]
+pub enum Finish {
+    Succeeded {
+        output_key: String,
+        content_type: String,
+        review: Option<Review>,
+    },
+    /// `{"code", "message", ...}`: the job fails and is refunded (rule 3).
+    Failed(serde_json::Value),
+}
+
+/// One step of a run's durable write. Every op names the run's fencing
+/// token through its `Unit`; the first that finds it stale stops the unit.
+#[derive(Clone, Debug)]
+pub enum Op {
+    /// The run's progress (its typed step outputs), recorded as it stands.
+    Progress(Progress),
+    /// Rules 7 and 11: holds the attempt's estimate against its day and
+    /// writes it `submitting`: both, or neither (`Applied::Refused`).
+    BeginAttempt(NewAttempt),
+    /// Rule 7: the provider accepted the attempt under this id.
+    Submitted {
+        attempt: AttemptId,
+        provider_job_id: String,
+    },
+    /// Rule 10: the attempt's outcome and cost, written once; its hold is
+    /// settled with the cost (or kept at the estimate when unknown). A
+    /// repeated report refreshes only what was unknown.
+    EndAttempt {
+        attempt: AttemptId,
+        outcome: AttemptOutcome,
+    },
+    /// An observation for the job's timeline.
+    Event {
+        kind: String,
+        detail: serde_json::Value,
+    },
+    /// Rule 9: the terminal write (a failure is refunded, every hold left
+    /// is settled).
+    Finish(Finish),
+    /// Rule 12: the job waits for a person; its holds stay.
+    Park(NewParked),
+    /// Gives the job back to the queue.
+    Release,
+}
+
+/// One run's durable write (DESIGN.md, "How a job commits"): its ops are
+/// applied in order in one transaction, with the run's fencing token
+/// checked by each, so a stale run writes nothing.
+#[derive(Clone, Debug)]
+pub struct Unit {
+    pub job: JobId,
+    pub token: i64,
+    pub ops: Vec<Op>,
+}
+
+/// What became of a unit.
+#[derive(Clone, Debug)]
+pub enum Applied {
+    /// Every op was written; after a `Finish` or `Park`, the job as stored.
+    Done(Option<Box<Job>>),
+    /// A `BeginAttempt` found the day halted or its cap too close: that op
+    /// and the ones after it wrote nothing; the ones before it stand.
+    Refused,
+    /// The run no longer holds the job: nothing of the unit was written.
+    Stale,
+}
+
+/// What a commit was for, as `/metrics` counts them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Purpose {
+    /// A batch of claims.
+    Claim,
+    /// A heartbeat for every lease a node holds.
+    Heartbeat,
+    /// A group of runs' units of work.
+    Units,
+    /// A submission (the job and its charge).
+    Submit,
+    /// Anything else: the API, admins, the sweeper.
+    Other,
+}
+
+impl Purpose {
+    pub const ALL: [Purpose; 5] = [
+        Purpose::Claim,
+        Purpose::Heartbeat,
+        Purpose::Units,
+        Purpose::Submit,
+        Purpose::Other,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Purpose::Claim => "claim",
+            Purpose::Heartbeat => "heartbeat",
+            Purpose::Units => "units",
+            Purpose::Submit => "submit",
+            Purpose::Other => "other",
+        }
+    }
 }
 
 /// One UTC day of the spending breaker.
@@ -221,9 +342,24 @@ pub struct Attempt {
 pub struct BudgetDay {
     pub day: chrono::NaiveDate,
     pub cap_usd: Usd,
+    /// What the breaker booked: priced costs plus the estimate kept for
+    /// each unpriced paid call.
     pub used_usd: Usd,
+    /// Holds of attempts not yet settled.
     pub reserved_usd: Usd,
     pub halted: bool,
+    pub halted_reason: Option<String>,
+    pub halted_by: Option<UserId>,
+    pub halted_at: Option<DateTime<Utc>>,
+}
+
+/// A halt (or its lifting) with who did it and why.
+#[derive(Clone, Debug)]
+pub struct Halt {
+    pub halted: bool,
+    pub reason: Option<String>,
+    pub by: Option<UserId>,
+    pub at: DateTime<Utc>,
 }
 
 /// Counts for /metrics, read at scrape time. Sums are exact; only the
@@ -283,13 +419,13 @@ pub struct NewParked {
     pub provider: Option<String>,
     pub model: Option<String>,
     pub provider_job_id: Option<String>,
-    pub attempt_id: Option<uuid::Uuid>,
+    pub attempt_id: Option<AttemptId>,
 }
 
 /// A parked record, with the hold it keeps.
 #[derive(Clone, Debug, Serialize)]
 pub struct Parked {
-    pub id: uuid::Uuid,
+    pub id: ParkedId,
     pub job_id: JobId,
     pub stage: ParkedStage,
     pub open: bool,
@@ -297,7 +433,8 @@ pub struct Parked {
     pub provider: Option<String>,
     pub model: Option<String>,
     pub provider_job_id: Option<String>,
-    pub attempt_id: Option<uuid::Uuid>,
+    pub attempt_id: Option<AttemptId>,
+    /// Budget its attempts still hold (None when they hold nothing).
     pub hold_usd: Option<Usd>,
     pub created_at: DateTime<Utc>,
 }

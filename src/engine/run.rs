@@ -1,0 +1,112 @@
+//! One run of a claimed job: its progress, the writes it has decided on but
+//! not yet made durable, and the one way it commits them (a unit of work
+//! through the node's committer, fenced by the claim's token).
+//!
+//! Local deterministic results (a readiness check, a review, a successful
+//! attempt's outcome once its output is stored) are deferred and go out with
+//! the run's next durable write (rule 6); a paid call is never made before
+//! the unit that writes its attempt is acknowledged (rule 7).
+
+use super::committer::Committer;
+use crate::model::Progress;
+use crate::store::{Applied, Claim, Job, Op, StoreError, StoreResult, Unit};
+use crate::Tollgate;
+use std::time::Duration;
+use tokio::sync::watch;
+
+pub struct Run<'a> {
+    pub t: &'a Tollgate,
+    pub claim: &'a Claim,
+    committer: &'a Committer,
+    stopped: watch::Receiver<bool>,
+    /// The job's progress as this run knows it.
+    pub progress: Progress,
+    /// Whether `progress` changed since it was last written.
+    progress_changed: bool,
+    /// Ops decided on, written with the next commit.
+    deferred: Vec<Op>,
+}
+
+impl<'a> Run<'a> {
+    pub fn new(
+        t: &'a Tollgate,
+        claim: &'a Claim,
+        committer: &'a Committer,
+        stopped: watch::Receiver<bool>,
+    ) -> Run<'a> {
+        Run {
+            t,
+            claim,
+            committer,
+            stopped,
+            progress: claim.job.progress.clone(),
+            progress_changed: false,
+            deferred: Vec::new(),
+        }
+    }
+
+    pub fn job(&self) -> &Job {
+        &self.claim.job
+    }
+
+    /// Records a step's output in the progress (written with the next commit).
+    pub fn record(&mut self, change: impl FnOnce(&mut Progress)) {
+        change(&mut self.progress);
+        self.progress_changed = true;
+    }
+
+    /// An op to write with the next commit.
+    pub fn defer(&mut self, op: Op) {
+        self.deferred.push(op);
+    }
+
+    /// Writes the deferred ops, the progress when it changed, and `ops`, as
+    /// one unit, and waits for its answer. A unit the claim no longer covers
+    /// is `StaleClaim`: the run must stop.
+    pub async fn commit(&mut self, ops: Vec<Op>) -> StoreResult<Applied> {
+        let mut all = std::mem::take(&mut self.deferred);
+        if self.progress_changed {
+            // Just before a terminal write or a park, which then carries it.
+            let at = ops
+                .iter()
+                .position(|o| matches!(o, Op::Finish(_) | Op::Park(_)))
+                .map(|i| all.len() + i);
+            all.extend(ops);
+            let progress = Op::Progress(self.progress.clone());
+            match at {
+                Some(i) => all.insert(i, progress),
+                None => all.insert(0, progress),
+            }
+        } else {
+            all.extend(ops);
+        }
+        let unit = Unit {
+            job: self.claim.job.id,
+            token: self.claim.token,
+            ops: all,
+        };
+        match self.committer.commit(unit).await? {
+            Applied::Stale => Err(StoreError::StaleClaim),
+            applied => {
+                self.progress_changed = false;
+                Ok(applied)
+            }
+        }
+    }
+
+    /// Whether the node is shutting down: give the job back at the next step.
+    pub fn stopping(&self) -> bool {
+        *self.stopped.borrow()
+    }
+
+    /// Sleeps, unless the node stops first (then true).
+    pub async fn pause(&mut self, d: Duration) -> bool {
+        if self.stopping() {
+            return true;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(d) => self.stopping(),
+            _ = self.stopped.changed() => true,
+        }
+    }
+}

@@ -1,0 +1,298 @@
+//! Uploads, submission (rules 1 and 2: the job and its charge in one
+//! transaction), cancel and the one refund (rules 3 and 9), and the reads
+//! behind the job pages.
+
+use super::*;
+use chrono::{DateTime, Utc};
+
+impl Backend {
+    /// The same person uploading the same bytes gets the same asset back.
+    pub async fn insert_asset(&self, new: &NewAsset) -> StoreResult<Asset> {
+        let mut tx = self.writer.begin().await?;
+        let sql = format!(
+            "INSERT INTO assets ({ASSET_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
+             ON CONFLICT (user_id, sha256) DO NOTHING RETURNING {ASSET_COLUMNS}"
+        );
+        let inserted = sqlx::query(&sql)
+            .bind(new.id.0)
+            .bind(new.user_id.0)
+            .bind(&new.sha256)
+            .bind(&new.content_type)
+            .bind(i32::try_from(new.width).map_err(corrupt)?)
+            .bind(i32::try_from(new.height).map_err(corrupt)?)
+            .bind(i64::try_from(new.bytes).map_err(corrupt)?)
+            .bind(&new.object_key)
+            .bind(new.created_at)
+            .fetch_optional(&mut *tx)
+            .await?;
+        let row = match inserted {
+            Some(r) => r,
+            None => {
+                let sql = format!(
+                    "SELECT {ASSET_COLUMNS} FROM assets WHERE user_id = $1 AND sha256 = $2"
+                );
+                sqlx::query(&sql)
+                    .bind(new.user_id.0)
+                    .bind(&new.sha256)
+                    .fetch_one(&mut *tx)
+                    .await?
+            }
+        };
+        tx.commit().await?;
+        self.committed(Purpose::Other, 2);
+        asset_from_row(&row)
+    }
+
+    pub async fn asset(&self, id: AssetId) -> StoreResult<Option<Asset>> {
+        let sql = format!("SELECT {ASSET_COLUMNS} FROM assets WHERE id = $1");
+        let row = sqlx::query(&sql)
+            .bind(id.0)
+            .fetch_optional(&self.reader)
+            .await?;
+        row.as_ref().map(asset_from_row).transpose()
+    }
+
+    /// Rules 1 and 2: the job is inserted (nothing when the user's key
+    /// exists, then the existing job is read back) and charged in the same
+    /// transaction; the ledger's trigger aborts both when the balance
+    /// cannot pay. Its `created` event is written by a trigger.
+    pub async fn submit_job(&self, new: &NewJob) -> StoreResult<Submitted> {
+        let mut tx = self.writer.begin().await?;
+        let sql = format!(
+            "INSERT INTO jobs (id, user_id, kind, status, request, request_sha256, idempotency_key, credits, \
+             estimated_usd, created_at) VALUES ($1, $2, $3, 'queued', $4, $5, $6, $7, $8, $9) \
+             ON CONFLICT (user_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING \
+             RETURNING {JOB_COLUMNS}"
+        );
+        let row = sqlx::query(&sql)
+            .bind(new.id.0)
+            .bind(new.user_id.0)
+            .bind(new.request.kind().as_str())
+            .bind(Json(&new.request))
+            .bind(&new.request_sha256)
+            .bind(&new.idempotency_key)
+            .bind(new.credits.0)
+            .bind(new.estimated_usd)
+            .bind(new.created_at)
+            .fetch_optional(&mut *tx)
+            .await?;
+        let Some(row) = row else {
+            let sql = format!(
+                "SELECT {JOB_COLUMNS} FROM jobs WHERE user_id = $1 AND idempotency_key = $2"
+            );
+            let row = sqlx::query(&sql)
+                .bind(new.user_id.0)
+                .bind(&new.idempotency_key)
+                .fetch_one(&mut *tx)
+                .await?;
+            return Ok(Submitted::Existing(job_from_row(&row)?));
+        };
+        let job = job_from_row(&row)?;
+        sqlx::query(
+            "INSERT INTO ledger (id, user_id, amount, kind, reference, actor_id, reason, created_at) \
+             VALUES ($1, $2, $3, 'debit', $4, NULL, NULL, $5)",
+        )
+        .bind(uuid::Uuid::new_v4())
+        .bind(new.user_id.0)
+        .bind(-new.credits.0)
+        .bind(format!("debit:job:{}", new.id))
+        .bind(new.created_at)
+        .execute(&mut *tx)
+        .await?;
+        let mut statements = 2;
+        if let Some(ring) = super::super::RING {
+            sqlx::query(ring)
+                .bind(new.id.to_string())
+                .execute(&mut *tx)
+                .await?;
+            statements += 1;
+        }
+        tx.commit().await?;
+        self.committed(Purpose::Submit, statements);
+        Ok(Submitted::Created(job))
+    }
+
+    pub async fn job(&self, id: JobId) -> StoreResult<Option<Job>> {
+        let sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = $1");
+        let row = sqlx::query(&sql)
+            .bind(id.0)
+            .fetch_optional(&self.reader)
+            .await?;
+        row.as_ref().map(job_from_row).transpose()
+    }
+
+    /// Jobs newest first, filtered, after a cursor. Each filter adds its
+    /// condition (eight statement texts at most), so every one can use an
+    /// index.
+    pub async fn list_jobs(&self, f: &JobFilter) -> StoreResult<Vec<Job>> {
+        let mut sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE TRUE");
+        let mut n = 0;
+        let mut next = || {
+            n += 1;
+            n
+        };
+        if f.user_id.is_some() {
+            sql += &format!(" AND user_id = ${}", next());
+        }
+        if f.status.is_some() {
+            sql += &format!(" AND status = ${}", next());
+        }
+        if f.after.is_some() {
+            let (at, id) = (next(), next());
+            sql += &format!(" AND (created_at < ${at} OR (created_at = ${at} AND id < ${id}))");
+        }
+        sql += &format!(" ORDER BY created_at DESC, id DESC LIMIT ${}", next());
+        let mut q = sqlx::query(&sql);
+        if let Some(u) = f.user_id {
+            q = q.bind(u.0);
+        }
+        if let Some(s) = f.status {
+            q = q.bind(s.as_str());
+        }
+        if let Some(c) = f.after {
+            q = q.bind(c.created_at).bind(c.id.0);
+        }
+        let rows = q.bind(f.limit).fetch_all(&self.reader).await?;
+        rows.iter().map(job_from_row).collect()
+    }
+
+    /// Rule 9: cancels only a job that is not terminal; in the same
+    /// transaction its parked record closes, it is refunded (rule 3) and
+    /// its holds are settled (the `jobs_ended` trigger). `None` when it was
+    /// already terminal.
+    pub async fn cancel_job(&self, id: JobId, at: DateTime<Utc>) -> StoreResult<Option<Job>> {
+        let mut tx = self.writer.begin().await?;
+        let sql = format!(
+            "UPDATE jobs SET status = 'cancelled', completed_at = $1, lease_owner = NULL, lease_expires_at = NULL \
+             WHERE id = $2 AND status IN ('queued', 'running', 'parked') RETURNING {JOB_COLUMNS}"
+        );
+        let Some(row) = sqlx::query(&sql)
+            .bind(at)
+            .bind(id.0)
+            .fetch_optional(&mut *tx)
+            .await?
+        else {
+            return Ok(None);
+        };
+        close_parked(&mut tx, id).await?;
+        refund_in(&mut tx, id, at).await?;
+        tx.commit().await?;
+        self.committed(Purpose::Other, 4);
+        job_from_row(&row).map(Some)
+    }
+
+    /// Rule 3: refunds a failed or cancelled job, once, however often called.
+    pub async fn refund_job(&self, id: JobId, at: DateTime<Utc>) -> StoreResult<bool> {
+        let mut tx = self.writer.begin().await?;
+        let refunded = refund_in(&mut tx, id, at).await?;
+        tx.commit().await?;
+        self.committed(Purpose::Other, 2);
+        Ok(refunded)
+    }
+
+    pub async fn job_events(&self, id: JobId) -> StoreResult<Vec<JobEvent>> {
+        let rows = sqlx::query(
+            "SELECT id, job_id, kind, detail, created_at FROM job_events WHERE job_id = $1 ORDER BY id",
+        )
+        .bind(id.0)
+        .fetch_all(&self.reader)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                let detail: Json<serde_json::Value> = r.try_get("detail")?;
+                Ok(JobEvent {
+                    id: r.try_get("id")?,
+                    job_id: JobId(r.try_get("job_id")?),
+                    kind: r.try_get("kind")?,
+                    detail: detail.0,
+                    created_at: r.try_get("created_at")?,
+                })
+            })
+            .collect()
+    }
+
+    /// Puts an observation on a job's timeline; it changes nothing else.
+    pub async fn note_event(
+        &self,
+        job: JobId,
+        kind: &str,
+        detail: &serde_json::Value,
+        at: DateTime<Utc>,
+    ) -> StoreResult<()> {
+        sqlx::query(
+            "INSERT INTO job_events (job_id, kind, detail, created_at) VALUES ($1, $2, $3, $4)",
+        )
+        .bind(job.0)
+        .bind(kind)
+        .bind(Json(detail))
+        .bind(at)
+        .execute(&self.writer)
+        .await?;
+        self.committed(Purpose::Other, 1);
+        Ok(())
+    }
+
+    /// Frees idempotency keys of jobs created before `created_before`.
+    pub async fn expire_idempotency_keys(&self, created_before: DateTime<Utc>) -> StoreResult<u64> {
+        let r = sqlx::query(
+            "UPDATE jobs SET idempotency_key = NULL WHERE idempotency_key IS NOT NULL AND created_at < $1",
+        )
+        .bind(created_before)
+        .execute(&self.writer)
+        .await?;
+        self.committed(Purpose::Other, 1);
+        Ok(r.rows_affected())
+    }
+
+    /// The stored output's key and content type, once the job succeeded.
+    pub async fn job_output(&self, job: JobId) -> StoreResult<Option<(String, String)>> {
+        let row = sqlx::query(
+            "SELECT output_key, output_content_type FROM jobs WHERE id = $1 AND output_key IS NOT NULL",
+        )
+        .bind(job.0)
+        .fetch_optional(&self.reader)
+        .await?;
+        row.map(|r| Ok((r.try_get("output_key")?, r.try_get("output_content_type")?)))
+            .transpose()
+    }
+}
+
+/// A job that ends while parked no longer waits for a decision.
+pub(super) async fn close_parked(conn: &mut Conn, job: JobId) -> StoreResult<()> {
+    sqlx::query("UPDATE parked SET state = 'closed' WHERE job_id = $1 AND state = 'open'")
+        .bind(job.0)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+/// Rule 3, the one refund: its reference is derived from the job, it is
+/// inserted do-nothing-on-conflict, and only for a job that is failed or
+/// cancelled. True when this call refunded (and then it goes on the
+/// timeline).
+pub(super) async fn refund_in(conn: &mut Conn, job: JobId, at: DateTime<Utc>) -> StoreResult<bool> {
+    let r = sqlx::query(
+        "INSERT INTO ledger (id, user_id, amount, kind, reference, actor_id, reason, created_at) \
+         SELECT $1, user_id, credits, 'refund', $2, NULL, 'job ' || status, $3 \
+         FROM jobs WHERE id = $4 AND status IN ('failed', 'cancelled') \
+         ON CONFLICT (reference) DO NOTHING",
+    )
+    .bind(uuid::Uuid::new_v4())
+    .bind(format!("refund:job:{job}"))
+    .bind(at)
+    .bind(job.0)
+    .execute(&mut *conn)
+    .await?;
+    let refunded = r.rows_affected() == 1;
+    if refunded {
+        sqlx::query(
+            "INSERT INTO job_events (job_id, kind, detail, created_at) VALUES ($1, 'refunded', $2, $3)",
+        )
+        .bind(job.0)
+        .bind(Json(serde_json::json!({})))
+        .bind(at)
+        .execute(conn)
+        .await?;
+    }
+    Ok(refunded)
+}

@@ -1,0 +1,236 @@
+//! Every statement Tollgate runs, written once. This module is compiled
+//! twice, once inside `sqlite.rs` and once inside `postgres.rs` (each sets
+//! `Db` and the dialect macros `now!`, `now_plus_seconds!`, `for_update!`,
+//! `for_update_skip_locked!` and `new_uuid!`), so each rule's statements and
+//! logic exist in one place and each backend's driver checks them with its
+//! own types. The backends differ only in that SQL text and in how money is
+//! stored (`store::codec`).
+
+mod accounts;
+mod claims;
+mod jobs;
+mod reads;
+mod units;
+
+use super::{Backend, Db};
+use crate::model::{
+    ApiTokenId, AssetId, AttemptId, AttemptState, CostSource, Credits, Email, JobId, JobKind,
+    JobRequest, JobStatus, LedgerEntryId, LedgerKind, ParkedId, Progress,
+    Purpose as AttemptPurpose, Review, Role, UserId,
+};
+use crate::store::records::*;
+use crate::store::{StoreError, StoreResult};
+use sqlx::types::Json;
+use sqlx::Row as _;
+
+type Row = <Db as sqlx::Database>::Row;
+type Conn = <Db as sqlx::Database>::Connection;
+
+/// The run still holds job `$j` under token `$t`: it is running under it.
+/// On PostgreSQL the check locks the job's row, so no claim can move the
+/// token before the transaction that checked it commits.
+macro_rules! fence {
+    ($j:literal, $t:literal) => {
+        concat!(
+            "EXISTS (SELECT 1 FROM jobs WHERE id = ",
+            $j,
+            " AND fencing_token = ",
+            $t,
+            " AND status = 'running' ",
+            for_update!(),
+            ")"
+        )
+    };
+}
+use fence;
+
+const USER_COLUMNS: &str = "id, email, role, disabled, balance, created_at";
+const TOKEN_COLUMNS: &str = "id, user_id, name, prefix, created_at, last_used_at, revoked_at";
+const LEDGER_COLUMNS: &str = "id, user_id, amount, kind, reference, actor_id, reason, created_at";
+const ASSET_COLUMNS: &str =
+    "id, user_id, sha256, content_type, width, height, bytes, object_key, created_at";
+const JOB_COLUMNS: &str = "id, user_id, kind, status, request, request_sha256, idempotency_key, \
+     credits, estimated_usd, error, created_at, completed_at, output_content_type, review, progress";
+const ATTEMPT_COLUMNS: &str = "id, job_id, purpose, provider, endpoint, model, attempt_no, state, \
+     idempotency_key, provider_job_id, error_class, error, duration_ms, usage, cost_usd, cost_source, \
+     hold_usd, budget_day, settled_usd, started_at, finished_at";
+const DAY_COLUMNS: &str =
+    "day, cap_usd, used_usd, reserved_usd, halted, halted_reason, halted_by, halted_at";
+const PARKED_COLUMNS: &str = "p.id, p.job_id, p.stage, p.state, p.evidence, p.provider, p.model, \
+     p.provider_job_id, p.attempt_id, p.created_at, \
+     (SELECT sum(a.hold_usd) FROM attempts a WHERE a.job_id = p.job_id AND a.hold_usd IS NOT NULL \
+      AND a.settled_usd IS NULL) AS hold_usd";
+
+fn corrupt(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Corrupt(e.to_string())
+}
+
+fn user_from_row(row: &Row) -> StoreResult<User> {
+    let role: String = row.try_get("role")?;
+    Ok(User {
+        id: UserId(row.try_get("id")?),
+        email: Email::from_stored(row.try_get("email")?),
+        role: Role::parse(&role).map_err(corrupt)?,
+        disabled: row.try_get("disabled")?,
+        balance: Credits(row.try_get("balance")?),
+        created_at: row.try_get("created_at")?,
+    })
+}
+
+fn token_from_row(row: &Row) -> StoreResult<ApiToken> {
+    Ok(ApiToken {
+        id: ApiTokenId(row.try_get("id")?),
+        user_id: UserId(row.try_get("user_id")?),
+        name: row.try_get("name")?,
+        prefix: row.try_get("prefix")?,
+        created_at: row.try_get("created_at")?,
+        last_used_at: row.try_get("last_used_at")?,
+        revoked_at: row.try_get("revoked_at")?,
+    })
+}
+
+fn ledger_from_row(row: &Row) -> StoreResult<LedgerEntry> {
+    let kind: String = row.try_get("kind")?;
+    let actor: Option<uuid::Uuid> = row.try_get("actor_id")?;
+    Ok(LedgerEntry {
+        id: LedgerEntryId(row.try_get("id")?),
+        user_id: UserId(row.try_get("user_id")?),
+        amount: Credits(row.try_get("amount")?),
+        kind: LedgerKind::parse(&kind).map_err(corrupt)?,
+        reference: row.try_get("reference")?,
+        actor_id: actor.map(UserId),
+        reason: row.try_get("reason")?,
+        created_at: row.try_get("created_at")?,
+    })
+}
+
+fn asset_from_row(row: &Row) -> StoreResult<Asset> {
+    Ok(Asset {
+        id: AssetId(row.try_get("id")?),
+        user_id: UserId(row.try_get("user_id")?),
+        sha256: row.try_get("sha256")?,
+        content_type: row.try_get("content_type")?,
+        width: u32::try_from(row.try_get::<i32, _>("width")?).map_err(corrupt)?,
+        height: u32::try_from(row.try_get::<i32, _>("height")?).map_err(corrupt)?,
+        bytes: u64::try_from(row.try_get::<i64, _>("bytes")?).map_err(corrupt)?,
+        object_key: row.try_get("object_key")?,
+        created_at: row.try_get("created_at")?,
+    })
+}
+
+fn job_from_row(row: &Row) -> StoreResult<Job> {
+    let kind: String = row.try_get("kind")?;
+    let status: String = row.try_get("status")?;
+    let request: Json<JobRequest> = row.try_get("request")?;
+    let review: Option<Json<Review>> = row.try_get("review")?;
+    let progress: Option<Json<Progress>> = row.try_get("progress")?;
+    let error: Option<Json<serde_json::Value>> = row.try_get("error")?;
+    Ok(Job {
+        id: JobId(row.try_get("id")?),
+        user_id: UserId(row.try_get("user_id")?),
+        kind: JobKind::parse(&kind).ok_or_else(|| corrupt(&kind))?,
+        status: JobStatus::parse(&status).ok_or_else(|| corrupt(&status))?,
+        request: request.0,
+        request_sha256: row.try_get("request_sha256")?,
+        idempotency_key: row.try_get("idempotency_key")?,
+        credits: Credits(row.try_get("credits")?),
+        estimated_usd: row.try_get("estimated_usd")?,
+        error: error.map(|e| e.0),
+        created_at: row.try_get("created_at")?,
+        completed_at: row.try_get("completed_at")?,
+        output_content_type: row.try_get("output_content_type")?,
+        review: review.map(|r| r.0),
+        progress: progress.map(|p| p.0).unwrap_or_default(),
+    })
+}
+
+fn attempt_from_row(r: &Row) -> StoreResult<Attempt> {
+    let purpose: String = r.try_get("purpose")?;
+    let state: String = r.try_get("state")?;
+    let source: Option<String> = r.try_get("cost_source")?;
+    let usage: Option<Json<serde_json::Value>> = r.try_get("usage")?;
+    Ok(Attempt {
+        id: AttemptId(r.try_get("id")?),
+        job_id: JobId(r.try_get("job_id")?),
+        purpose: AttemptPurpose::parse(&purpose).ok_or_else(|| corrupt(&purpose))?,
+        provider: r.try_get("provider")?,
+        endpoint: r.try_get("endpoint")?,
+        model: r.try_get("model")?,
+        attempt_no: r.try_get("attempt_no")?,
+        state: AttemptState::parse(&state).ok_or_else(|| corrupt(&state))?,
+        idempotency_key: r.try_get("idempotency_key")?,
+        provider_job_id: r.try_get("provider_job_id")?,
+        error_class: r.try_get("error_class")?,
+        error: r.try_get("error")?,
+        duration_ms: r.try_get("duration_ms")?,
+        usage: usage.map(|u| u.0),
+        cost_usd: r.try_get("cost_usd")?,
+        cost_source: source
+            .map(|s| CostSource::parse(&s).ok_or_else(|| corrupt(&s)))
+            .transpose()?,
+        hold_usd: r.try_get("hold_usd")?,
+        budget_day: r.try_get("budget_day")?,
+        settled_usd: r.try_get("settled_usd")?,
+        started_at: r.try_get("started_at")?,
+        finished_at: r.try_get("finished_at")?,
+    })
+}
+
+fn day_from_row(r: &Row) -> StoreResult<BudgetDay> {
+    let by: Option<uuid::Uuid> = r.try_get("halted_by")?;
+    Ok(BudgetDay {
+        day: r.try_get("day")?,
+        cap_usd: r.try_get("cap_usd")?,
+        used_usd: r.try_get("used_usd")?,
+        reserved_usd: r.try_get("reserved_usd")?,
+        halted: r.try_get("halted")?,
+        halted_reason: r.try_get("halted_reason")?,
+        halted_by: by.map(UserId),
+        halted_at: r.try_get("halted_at")?,
+    })
+}
+
+fn parked_from_row(r: &Row) -> StoreResult<Parked> {
+    let stage: String = r.try_get("stage")?;
+    let evidence: Json<serde_json::Value> = r.try_get("evidence")?;
+    let attempt: Option<uuid::Uuid> = r.try_get("attempt_id")?;
+    Ok(Parked {
+        id: ParkedId(r.try_get("id")?),
+        job_id: JobId(r.try_get("job_id")?),
+        stage: ParkedStage::parse(&stage).ok_or_else(|| corrupt(&stage))?,
+        open: r.try_get::<String, _>("state")? == "open",
+        evidence: evidence.0,
+        provider: r.try_get("provider")?,
+        model: r.try_get("model")?,
+        provider_job_id: r.try_get("provider_job_id")?,
+        attempt_id: attempt.map(AttemptId),
+        hold_usd: r.try_get("hold_usd")?,
+        created_at: r.try_get("created_at")?,
+    })
+}
+
+/// Whether an error is a unique-constraint violation.
+fn is_unique_violation(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(db) if db.is_unique_violation())
+}
+
+impl Backend {
+    pub async fn ping(&self) -> StoreResult<()> {
+        sqlx::query("SELECT 1").execute(&self.reader).await?;
+        Ok(())
+    }
+
+    pub async fn close(&self) {
+        self.writer.close().await;
+        self.reader.close().await;
+    }
+
+    pub fn counters(&self) -> Vec<(Purpose, u64, u64)> {
+        self.counters.snapshot()
+    }
+
+    /// Counts a commit (and the statements it carried) for `/metrics`.
+    fn committed(&self, purpose: Purpose, statements: u64) {
+        self.counters.add(purpose, statements);
+    }
+}
