@@ -169,6 +169,77 @@ macro_rules! both_backends {
     };
 }
 
+/// The mock provider served in this process on 127.0.0.1 and a free port,
+/// for tests that script it and read its bill.
+pub struct MockServer {
+    /// Its base URL, for a model's `endpoint`.
+    pub base: String,
+    http: reqwest::Client,
+}
+
+impl MockServer {
+    /// Serves `config` (its `public_base` is set to the server's address).
+    /// The panic that drops a connection without an answer is kept quiet.
+    pub async fn start(config: crate::providers::mock::MockConfig) -> MockServer {
+        use crate::providers::mock::{DropConnection, MockConfig, MockProvider};
+        static QUIET: std::sync::Once = std::sync::Once::new();
+        QUIET.call_once(|| {
+            let default_hook = std::panic::take_hook();
+            std::panic::set_hook(Box::new(move |info| {
+                if info.payload().downcast_ref::<DropConnection>().is_none() {
+                    default_hook(info);
+                }
+            }));
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("binding a port for the mock provider");
+        let base = format!("http://{}", listener.local_addr().expect("an address"));
+        let app = MockProvider::new(MockConfig {
+            public_base: base.clone(),
+            ..config
+        })
+        .router();
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        MockServer {
+            base,
+            http: reqwest::Client::new(),
+        }
+    }
+
+    /// Queues behaviours: `{"next": [...], "poll": [...]}`.
+    pub async fn script(&self, body: serde_json::Value) {
+        let r = self
+            .http
+            .post(format!("{}/_mock/script", self.base))
+            .json(&body)
+            .send()
+            .await
+            .expect("scripting the mock provider");
+        assert!(r.status().is_success(), "the mock refused the script");
+    }
+
+    /// What the provider would bill: `paid_predictions`, per key, and each
+    /// prediction.
+    pub async fn stats(&self) -> serde_json::Value {
+        self.http
+            .get(format!("{}/_mock/stats", self.base))
+            .send()
+            .await
+            .expect("reading the mock's stats")
+            .json()
+            .await
+            .expect("the mock's stats")
+    }
+
+    /// Predictions paid for.
+    pub async fn paid(&self) -> u64 {
+        self.stats().await["paid_predictions"].as_u64().unwrap_or(0)
+    }
+}
+
 /// A test photo: sky above, lawn below, and a brown dog the local
 /// readiness check finds (`width` by `height`, as PNG).
 pub fn photo_of_a_dog(width: u32, height: u32) -> Vec<u8> {

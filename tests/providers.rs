@@ -8,50 +8,36 @@ use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 use tollgate::both_backends;
 use tollgate::model::AttemptState;
-use tollgate::model::{CostSource, Credits, JobId, JobStatus, Role, Usd};
-use tollgate::providers::mock::{MockConfig, MockProvider};
-use tollgate::store::{Job, ParkedStage, User};
-use tollgate::testkit::TestDb;
+use tollgate::model::{
+    AttemptId, CostSource, Credits, JobId, JobStatus, Purpose as AttemptPurpose, Role, Usd,
+};
+use tollgate::providers::mock::MockConfig;
+use tollgate::store::{Hold, Job, NewAttempt, Op, ParkedStage, Unit, User};
+use tollgate::testkit::{MockServer, TestDb};
 
-/// A mock provider in this process on a free port; returns its base URL.
-async fn mock(idempotency: bool, lookup: bool, latency_ms: u64, price: Option<&str>) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    let m = MockProvider::new(MockConfig {
+/// A mock provider in this process on a free port.
+async fn mock(idempotency: bool, lookup: bool, latency_ms: u64, price: Option<&str>) -> MockServer {
+    MockServer::start(MockConfig {
         idempotency,
         lookup,
         latency: Duration::from_millis(latency_ms),
         price_usd: price.map(str::to_string),
-        public_base: base.clone(),
-    });
-    let app = m.router();
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
-    base
+        public_base: String::new(),
+    })
+    .await
 }
 
-async fn script(base: &str, next: &[&str]) {
-    let r = reqwest::Client::new()
-        .post(format!("{base}/_mock/script"))
-        .json(&json!({ "next": next }))
-        .send()
-        .await
-        .unwrap();
-    assert!(r.status().is_success());
+async fn script(m: &MockServer, next: &[&str]) {
+    m.script(json!({ "next": next })).await;
 }
 
-async fn stats(base: &str) -> Value {
-    reqwest::get(format!("{base}/_mock/stats"))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
+async fn stats(m: &MockServer) -> Value {
+    m.stats().await
 }
 
 /// One http edit model (plus `extra` TOML), fast timings for tests.
-fn model(id: &str, base: &str, extra: &str) -> String {
+fn model(id: &str, m: &MockServer, extra: &str) -> String {
+    let base = &m.base;
     format!(
         "[[models]]\nid = \"{id}\"\nkind = \"image_edit\"\nprovider = \"http\"\nendpoint = \"{base}\"\n\
          price = {{ per_generation = \"0.10\" }}\npoll_ms = 30\nbackoff_ms = 30\nbackoff_max_ms = 200\n{extra}\n"
@@ -148,6 +134,16 @@ both_backends!(
     a_shutdown_mid_poll_resumes_the_same_prediction,
     local_faults_show_the_rules_on_a_laptop,
     a_cancel_mid_poll_stops_the_run_and_books_the_estimate,
+    a_refused_resend_proves_nothing_and_parks_unpriced,
+    a_refused_resend_refunds_with_the_estimate_booked_where_the_policy_says,
+    a_refused_poll_after_acceptance_parks_unpriced,
+    a_known_cost_is_kept_beside_an_unknown_one,
+    retries_stop_at_the_cap,
+    a_lookup_the_model_does_not_vouch_for_starts_nothing_new,
+    an_attempt_is_recovered_only_with_its_own_model,
+    a_run_that_lost_its_lease_writes_nothing_after_the_call,
+    the_prediction_window_counts_from_the_attempts_start,
+    a_submit_503_is_uncertain_unless_the_model_says_otherwise,
 );
 
 async fn a_cancel_mid_poll_stops_the_run_and_books_the_estimate(db: TestDb) {
@@ -655,4 +651,462 @@ async fn postgres_rings_a_doorbell_when_a_job_is_queued() {
         .expect("a doorbell within 10 s")
         .unwrap();
     assert_eq!(rung, Some(id));
+}
+
+// ---- cost truth: what a provider's bill would show ----
+
+/// The day's (used, reserved) and the attempts' stored costs.
+async fn bill(db: &TestDb, id: JobId) -> ((Usd, Usd), Vec<Option<Usd>>) {
+    let costs = db
+        .store()
+        .attempts(id)
+        .await
+        .unwrap()
+        .iter()
+        .map(|a| a.cost_usd)
+        .collect();
+    (held(db).await, costs)
+}
+
+/// 1. A provider that says it honours keys but refuses the re-send: the
+///    first send was accepted and paid, so its attempt stays unpriced and
+///    the job parks with its hold; never "failed, $0, refunded".
+async fn a_refused_resend_proves_nothing_and_parks_unpriced(db: TestDb) {
+    let m = mock(false, false, 0, Some("0.100000")).await;
+    let db = db.with_config(&model("m", &m, "idempotency = true")).await;
+    script(&m, &["accept_then_drop", "unauthorized"]).await;
+    let u = person(&db).await;
+    let id = edit(&db, &u, "k").await;
+    let job = run_until_settled(&db, id).await;
+    assert_eq!(job.status, JobStatus::Parked, "{:?}", job.error);
+    assert_eq!(m.paid().await, 1);
+    let (day, costs) = bill(&db, id).await;
+    assert_eq!(costs, [None], "unpriced, never 0");
+    assert_eq!(day, (Usd::ZERO, job.estimated_usd), "the hold stays");
+    let p = db.store().parked_for_job(id).await.unwrap().unwrap();
+    assert_eq!(p.stage, ParkedStage::SubmissionUncertain);
+    assert!(p.evidence["last_error"]
+        .as_str()
+        .unwrap()
+        .contains("re-send was refused"));
+    assert_eq!(
+        balance(&db, &u).await,
+        Credits(100 - job.credits.get()),
+        "not refunded"
+    );
+}
+
+async fn a_refused_resend_refunds_with_the_estimate_booked_where_the_policy_says(db: TestDb) {
+    let m = mock(false, false, 0, Some("0.100000")).await;
+    let db = db
+        .with_config(&model(
+            "m",
+            &m,
+            "idempotency = true\non_uncertain = \"refund\"",
+        ))
+        .await;
+    script(&m, &["accept_then_drop", "unauthorized"]).await;
+    let u = person(&db).await;
+    let id = edit(&db, &u, "k").await;
+    let job = run_until_settled(&db, id).await;
+    assert_eq!(job.status, JobStatus::Failed);
+    assert_eq!(job.error.as_ref().unwrap()["code"], "SUBMISSION_UNCERTAIN");
+    assert_eq!(m.paid().await, 1);
+    let (day, costs) = bill(&db, id).await;
+    assert_eq!(costs, [None]);
+    assert_eq!(
+        day,
+        (job.estimated_usd, Usd::ZERO),
+        "the estimate is booked"
+    );
+    assert_eq!(balance(&db, &u).await, Credits(100), "refunded once");
+}
+
+/// 2. A 401 while polling an accepted prediction (a key rotated mid-run):
+///    it may be billed in full, so it stays unpriced and the job parks in
+///    `polling_exhausted` with the provider's id.
+async fn a_refused_poll_after_acceptance_parks_unpriced(db: TestDb) {
+    let m = mock(true, true, 0, Some("0.100000")).await;
+    let db = db.with_config(&model("m", &m, "")).await;
+    m.script(json!({"poll": ["unauthorized"]})).await;
+    let u = person(&db).await;
+    let id = edit(&db, &u, "k").await;
+    let job = run_until_settled(&db, id).await;
+    assert_eq!(job.status, JobStatus::Parked, "{:?}", job.error);
+    assert_eq!(m.paid().await, 1);
+    let (day, costs) = bill(&db, id).await;
+    assert_eq!(costs, [None]);
+    assert_eq!(day, (Usd::ZERO, job.estimated_usd));
+    let a = db.store().attempts(id).await.unwrap().remove(0);
+    assert_eq!(a.state, AttemptState::Submitted);
+    let p = db.store().parked_for_job(id).await.unwrap().unwrap();
+    assert_eq!(p.stage, ParkedStage::PollingExhausted);
+    assert_eq!(p.provider_job_id, a.provider_job_id);
+    assert!(p.provider_job_id.is_some());
+}
+
+/// 3. One quoted cost and one unknown: the day books the quote plus the
+///    estimate kept for the unknown one, not one estimate for both.
+async fn a_known_cost_is_kept_beside_an_unknown_one(db: TestDb) {
+    let m = mock(true, true, 0, Some("0.050000")).await;
+    let db = db.with_config(&model("m", &m, "attempts = 2")).await;
+    script(&m, &["fail", "omit_cost"]).await;
+    let u = person(&db).await;
+    let id = edit(&db, &u, "k").await;
+    let job = run_until_settled(&db, id).await;
+    assert_eq!(job.status, JobStatus::Succeeded, "{:?}", job.error);
+    assert_eq!(m.paid().await, 2);
+    let (day, costs) = bill(&db, id).await;
+    assert_eq!(costs, [Some(usd("0.05")), None]);
+    assert_eq!(day, (usd("0.05").plus(job.estimated_usd), Usd::ZERO));
+}
+
+/// 4. Every paid attempt reserves before it is sent: a cap with room for
+///    two calls sends two, and the job fails cleanly, refunded.
+async fn retries_stop_at_the_cap(db: TestDb) {
+    let m = mock(true, true, 0, Some("0.100000")).await;
+    let toml = format!(
+        "daily_cap_usd = \"0.20\"\n{}",
+        model("m", &m, "attempts = 3")
+    );
+    let db = db.with_config(&toml).await;
+    script(&m, &["fail", "fail", "ok"]).await;
+    let u = person(&db).await;
+    let id = edit(&db, &u, "k").await;
+    let job = run_until_settled(&db, id).await;
+    assert_eq!(job.status, JobStatus::Failed);
+    assert_eq!(job.error.as_ref().unwrap()["code"], "SPENDING_PAUSED");
+    assert!(job.error.as_ref().unwrap()["message"]
+        .as_str()
+        .unwrap()
+        .contains("paused"));
+    assert_eq!(m.paid().await, 2, "no call the day could not hold");
+    let (day, costs) = bill(&db, id).await;
+    assert_eq!(costs, [Some(usd("0.1")), Some(usd("0.1"))]);
+    assert_eq!(day, (usd("0.2"), Usd::ZERO));
+    assert_eq!(balance(&db, &u).await, Credits(100), "refunded");
+}
+
+/// 5. A 404 from a provider that cannot look up (or any answer the model
+///    does not declare as "not found") is no proof that nothing was made.
+async fn a_lookup_the_model_does_not_vouch_for_starts_nothing_new(db: TestDb) {
+    let m = mock(false, false, 0, Some("0.100000")).await;
+    let db = db.with_config(&model("m", &m, "lookup = true")).await;
+    script(&m, &["accept_then_drop"]).await;
+    let u = person(&db).await;
+    let id = edit(&db, &u, "k").await;
+    let job = run_until_settled(&db, id).await;
+    assert_eq!(job.status, JobStatus::Parked, "{:?}", job.error);
+    assert_eq!(m.paid().await, 1);
+    let (day, costs) = bill(&db, id).await;
+    assert_eq!(
+        costs,
+        [None],
+        "one attempt, unpriced; none started after it"
+    );
+    assert_eq!(day, (Usd::ZERO, job.estimated_usd));
+
+    // The declared answer does start a new one: the mock's own 404 code.
+    let m = mock(false, true, 0, Some("0.100000")).await;
+    let db = db.with_config(&model("m", &m, "lookup = true")).await;
+    script(&m, &["hang"]).await;
+    let db = db
+        .with_config(&model("m", &m, "lookup = true\ntimeout_ms = 300"))
+        .await;
+    let id = edit(&db, &u, "k2").await;
+    let job = run_until_settled(&db, id).await;
+    assert_eq!(job.status, JobStatus::Succeeded, "{:?}", job.error);
+    let a = db.store().attempts(id).await.unwrap();
+    assert_eq!(a.len(), 2);
+    assert_eq!(
+        a[0].cost_usd,
+        Some(Usd::ZERO),
+        "nothing was made: known zero"
+    );
+    assert_eq!(m.paid().await, 1);
+}
+
+/// 6. An attempt whose model is gone, or now points elsewhere, is never
+///    closed as free or re-sent under another model's policy: it parks.
+async fn an_attempt_is_recovered_only_with_its_own_model(db: TestDb) {
+    let m = mock(true, true, 0, Some("0.100000")).await;
+    let other = mock(true, true, 0, Some("0.100000")).await;
+    let db = db.with_config(&model("m", &m, "idempotency = true")).await;
+    let u = person(&db).await;
+    let id = edit(&db, &u, "k").await;
+    // A run writes its attempt down, then dies before sending.
+    let claim = db
+        .store()
+        .claim_jobs("dead", 1, 1.0)
+        .await
+        .unwrap()
+        .remove(0);
+    let attempt = NewAttempt {
+        id: AttemptId::new(),
+        job_id: id,
+        purpose: AttemptPurpose::Generate,
+        provider: "http".into(),
+        endpoint: Some(m.base.clone()),
+        model: "m".into(),
+        attempt_no: 1,
+        idempotency_key: format!("{id}:1"),
+        hold: Some(Hold {
+            day: Utc::now().date_naive(),
+            amount: claim.job.estimated_usd,
+            default_cap: usd("50"),
+        }),
+        started_at: Utc::now(),
+    };
+    db.store()
+        .apply_one(Unit {
+            job: id,
+            token: claim.token,
+            ops: vec![Op::BeginAttempt(attempt)],
+        })
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    // Now "m" points at another provider.
+    let db = db
+        .with_config(&model("m", &other, "idempotency = true"))
+        .await;
+    let job = run_until_settled(&db, id).await;
+    assert_eq!(job.status, JobStatus::Parked, "{:?}", job.error);
+    assert_eq!((m.paid().await, other.paid().await), (0, 0));
+    let (day, costs) = bill(&db, id).await;
+    assert_eq!(costs, [None]);
+    assert_eq!(day, (Usd::ZERO, job.estimated_usd));
+    let p = db.store().parked_for_job(id).await.unwrap().unwrap();
+    assert_eq!(p.stage, ParkedStage::SubmissionUncertain);
+    assert!(p.evidence["reason"]
+        .as_str()
+        .unwrap()
+        .contains("no longer configured"));
+}
+
+/// 7. A run whose claim moved on (a long failover, a clock ahead) cannot
+///    overwrite its successor: its writes after the call are refused, and
+///    the successor polls the same prediction; paid once.
+async fn a_run_that_lost_its_lease_writes_nothing_after_the_call(db: TestDb) {
+    let m = mock(true, true, 1500, Some("0.100000")).await;
+    let db = db.with_config(&model("m", &m, "")).await;
+    let u = person(&db).await;
+    let id = edit(&db, &u, "k").await;
+    let engine = tollgate::engine::start(db.tollgate.clone(), 1);
+    for _ in 0..200 {
+        let a = db.store().attempts(id).await.unwrap();
+        if a.first()
+            .is_some_and(|a| a.state == AttemptState::Submitted)
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Its lease runs out behind its back and another node claims the job.
+    expire_lease(&db, id).await;
+    let thief = db.store().claim_jobs("thief", 1, 1.0).await.unwrap();
+    assert_eq!(thief.len(), 1);
+    // The first run finishes its poll: everything it writes is refused.
+    for _ in 0..100 {
+        let events = db.store().job_events(id).await.unwrap();
+        if events.iter().any(|e| e.kind == "lease_lost") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let a = db.store().attempts(id).await.unwrap().remove(0);
+    assert_eq!((a.state, a.cost_usd), (AttemptState::Submitted, None));
+    // The thief dies too; this node claims the job and polls the same one.
+    let job = {
+        let mut job = None;
+        for _ in 0..200 {
+            let j = db.store().job(id).await.unwrap().unwrap();
+            if j.status.is_terminal() {
+                job = Some(j);
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        job.expect("the job finished")
+    };
+    engine.shutdown().await;
+    assert_eq!(job.status, JobStatus::Succeeded);
+    assert_eq!(m.paid().await, 1);
+    let (day, costs) = bill(&db, id).await;
+    assert_eq!(costs, [Some(usd("0.1"))]);
+    assert_eq!(day, (usd("0.1"), Usd::ZERO));
+}
+
+/// Ends a job's lease now (as a long failover would), straight in the database.
+async fn expire_lease(db: &TestDb, id: JobId) {
+    let sql = "UPDATE jobs SET lease_expires_at = $1 WHERE id = $2";
+    let past = Utc::now() - chrono::Duration::hours(1);
+    if let Some(pool) = db.store().sqlite_pool() {
+        sqlx::query(sql)
+            .bind(past)
+            .bind(id.0)
+            .execute(&pool)
+            .await
+            .unwrap();
+    }
+    if let Some(pool) = db.store().postgres_pool() {
+        sqlx::query(sql)
+            .bind(past)
+            .bind(id.0)
+            .execute(&pool)
+            .await
+            .unwrap();
+    }
+}
+
+/// 8. A prediction that failed after its window is not retried, even when
+///    the run that sees the failure started after a crash.
+async fn the_prediction_window_counts_from_the_attempts_start(db: TestDb) {
+    let m = mock(true, true, 0, Some("0.100000")).await;
+    let db = db
+        .with_config(&model("m", &m, "attempts = 3\nprediction_window_s = 5"))
+        .await;
+    let u = person(&db).await;
+    let id = edit(&db, &u, "k").await;
+    // A run sent attempt 1 ten minutes ago and died; it failed at the provider.
+    let claim = db
+        .store()
+        .claim_jobs("dead", 1, 1.0)
+        .await
+        .unwrap()
+        .remove(0);
+    m.script(json!({"next": ["fail"]})).await;
+    let key = format!("{id}:1");
+    let sent: Value = reqwest::Client::new()
+        .post(format!("{}/v1/predictions", m.base))
+        .header("idempotency-key", &key)
+        .json(&json!({"model": "m", "input": {}}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let attempt = NewAttempt {
+        id: AttemptId::new(),
+        job_id: id,
+        purpose: AttemptPurpose::Generate,
+        provider: "http".into(),
+        endpoint: Some(m.base.clone()),
+        model: "m".into(),
+        attempt_no: 1,
+        idempotency_key: key,
+        hold: Some(Hold {
+            day: Utc::now().date_naive(),
+            amount: claim.job.estimated_usd,
+            default_cap: usd("50"),
+        }),
+        started_at: Utc::now() - chrono::Duration::minutes(10),
+    };
+    let a = attempt.id;
+    db.store()
+        .apply_one(Unit {
+            job: id,
+            token: claim.token,
+            ops: vec![
+                Op::BeginAttempt(attempt),
+                Op::Submitted {
+                    attempt: a,
+                    provider_job_id: sent["id"].as_str().unwrap().into(),
+                },
+            ],
+        })
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let job = run_until_settled(&db, id).await;
+    assert_eq!(
+        job.status,
+        JobStatus::Failed,
+        "not retried after its window"
+    );
+    assert_eq!(m.paid().await, 1);
+    let (day, costs) = bill(&db, id).await;
+    assert_eq!(costs, [Some(usd("0.1"))]);
+    assert_eq!(day, (usd("0.1"), Usd::ZERO));
+    assert_eq!(balance(&db, &u).await, Credits(100));
+}
+
+/// 9. A 503 to a submission may come from a load balancer after the request
+///    was accepted: re-sent under the same key where the model declares
+///    idempotency, parked where it declares nothing.
+async fn a_submit_503_is_uncertain_unless_the_model_says_otherwise(db: TestDb) {
+    let m = mock(true, true, 0, Some("0.100000")).await;
+    let db = db.with_config(&model("m", &m, "idempotency = true")).await;
+    script(&m, &["unavailable"]).await;
+    let u = person(&db).await;
+    let id = edit(&db, &u, "k").await;
+    let job = run_until_settled(&db, id).await;
+    assert_eq!(job.status, JobStatus::Succeeded, "{:?}", job.error);
+    assert_eq!(
+        db.store().attempts(id).await.unwrap().len(),
+        1,
+        "re-sent, not a new attempt"
+    );
+    assert_eq!(m.paid().await, 1);
+
+    let db = db.with_config(&model("m", &m, "")).await;
+    script(&m, &["unavailable"]).await;
+    let id = edit(&db, &u, "k2").await;
+    let job = run_until_settled(&db, id).await;
+    assert_eq!(job.status, JobStatus::Parked, "{:?}", job.error);
+    let (_, costs) = bill(&db, id).await;
+    assert_eq!(costs, [None]);
+}
+
+/// A look-up answered 200 without a prediction id, or a 404 the model does
+/// not declare, proves nothing; the declared 404 means "nothing made".
+#[tokio::test]
+async fn lookup_answers_are_read_as_the_model_declares() {
+    use axum::routing::get;
+    use tollgate::providers::config::{Models, ProviderKind};
+    use tollgate::providers::{http::HttpProvider, Lookup, Provider};
+    let app = axum::Router::new().route(
+        "/v1/predictions",
+        get(
+            |q: axum::extract::Query<std::collections::HashMap<String, String>>| async move {
+                match q.0.get("idempotency_key").map(String::as_str) {
+                    Some("empty") => (axum::http::StatusCode::OK, axum::Json(json!({}))),
+                    Some("known") => (axum::http::StatusCode::OK, axum::Json(json!({"id": "p1"}))),
+                    Some("gone") => (
+                        axum::http::StatusCode::NOT_FOUND,
+                        axum::Json(json!({"error": {"code": "no_such_prediction"}})),
+                    ),
+                    _ => (
+                        axum::http::StatusCode::NOT_FOUND,
+                        axum::Json(json!({"error": {"code": "route_not_found"}})),
+                    ),
+                }
+            },
+        ),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    let mut spec = Models::builtin().models[0].clone();
+    spec.provider = ProviderKind::Http;
+    spec.endpoint = Some(base);
+    spec.lookup = true;
+    spec.lookup_not_found_code = "no_such_prediction".into();
+    let http = HttpProvider::new();
+    assert_eq!(
+        http.lookup(&spec, "known").await.unwrap(),
+        Lookup::Found("p1".into())
+    );
+    assert_eq!(http.lookup(&spec, "gone").await.unwrap(), Lookup::NotFound);
+    assert!(matches!(
+        http.lookup(&spec, "empty").await.unwrap(),
+        Lookup::Unclear(_)
+    ));
+    assert!(matches!(
+        http.lookup(&spec, "other").await.unwrap(),
+        Lookup::Unclear(_)
+    ));
 }

@@ -733,6 +733,11 @@ default = true
             ("[[models]]\nid = \"a\"\nkind = \"image_edit\"\nprice = { per_second = \"1\" }", "per_second"),
             ("[[models]]\nid = \"a\"\nkind = \"sound\"", "sound"),
             ("[local.faults]\nfailure_rate = 2.0", "failure_rate"),
+            // Local work runs in this process: nothing to deduplicate or ask.
+            ("[[models]]\nid = \"a\"\nkind = \"image_edit\"\nidempotency = true", "idempotency"),
+            ("[[models]]\nid = \"a\"\nkind = \"image_edit\"\nlookup = true", "lookup"),
+            ("[[models]]\nid = \"a\"\nkind = \"image_edit\"\nsubmit_503 = \"not_created\"", "submit_503"),
+            ("[[models]]\nid = \"a\"\nkind = \"image_edit\"\nprovider = \"http\"\nendpoint = \"http://x\"\nprice = { per_generation = \"1\" }\nsubmit_503 = \"maybe\"", "not_created"),
         ] {
             let e = parse_str(text).unwrap_err();
             assert_eq!(e.setting, "TOLLGATE_CONFIG");

@@ -129,6 +129,7 @@ pub async fn generate(run: &mut Run<'_>) -> StoreResult<Generated> {
         };
     }
     // Rule 7: an attempt a run left open is recovered, never re-sent blindly.
+    let mut after = Recovered::default();
     for a in previous.iter().filter(|a| open(a)) {
         if a.provider == "local" && a.state == AttemptState::Submitting {
             // Local work runs in this process: it died with its run and
@@ -153,11 +154,31 @@ pub async fn generate(run: &mut Run<'_>) -> StoreResult<Generated> {
             Some(id) if a.state == AttemptState::Submitted => r.follow(&spec, a, id).await?,
             _ => r.recover_uncertain(&spec, a).await?,
         };
+        if let Attempted::Failed(e) = &attempted {
+            // Past its window it may have been charged in full: its model
+            // is not tried again, however long ago the run that sent it died.
+            if matches!(e.class, ErrorClass::Refused | ErrorClass::Failed)
+                && spec
+                    .prediction_window
+                    .is_some_and(|w| since(a.started_at) > w)
+            {
+                after.spent_models.push(spec.id.clone());
+            }
+            after.last = Some(e.clone());
+        }
         if let Some(done) = r.conclude(&spec, a, attempted).await? {
             return Ok(done);
         }
     }
-    r.chain(&chain, previous).await
+    r.chain(&chain, previous, after).await
+}
+
+/// What recovering a dead run's attempts leaves for the chain.
+#[derive(Default)]
+struct Recovered {
+    /// Models not to try again (a prediction ran past their window).
+    spent_models: Vec<String>,
+    last: Option<ProviderError>,
 }
 
 fn end(attempt: AttemptId, outcome: AttemptOutcome) -> Op {
@@ -686,14 +707,18 @@ impl Runner<'_, '_> {
         &mut self,
         chain: &[ModelSpec],
         mut previous: Vec<Attempt>,
+        recovered: Recovered,
     ) -> StoreResult<Generated> {
         let job = self.run.job().id;
-        let mut last: Option<ProviderError> = None;
+        let mut last: Option<ProviderError> = recovered.last;
         for (i, spec) in chain.iter().enumerate() {
             let mut used = previous
                 .iter()
                 .filter(|a| a.model == spec.id && a.purpose == Purpose::Generate)
                 .count() as u32;
+            if recovered.spent_models.contains(&spec.id) {
+                used = spec.attempts;
+            }
             let mut delays = backoff(spec);
             let mut leave = FallbackReason::Exhausted;
             while used < spec.attempts {
