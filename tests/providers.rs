@@ -235,6 +235,14 @@ async fn an_http_edit_is_paid_once_with_a_quoted_cost(db: TestDb) {
         "{text}"
     );
     assert!(text.contains("tollgate_reserved_microusd 0"), "{text}");
+    // What it cost the database: the job's three units (before the call,
+    // the prediction id, the end), whatever else this node committed.
+    let units: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("tollgate_db_commits_total{purpose=\"units\"} "))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no units counter in {text}"));
+    assert_eq!(units, 3, "{text}");
     // The timeline names the attempt and the provider's id.
     let kinds: Vec<String> = db
         .store()

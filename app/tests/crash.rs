@@ -27,19 +27,27 @@ async fn serve(db: &TestDb) -> Child {
 }
 
 async fn serve_with(db: &TestDb, config: Option<&std::path::Path>) -> Child {
+    serve_as(db, config, "all").await.0
+}
+
+/// A node in `role` (all, web or worker); returns it and its base URL.
+async fn serve_as(db: &TestDb, config: Option<&std::path::Path>, role: &str) -> (Child, String) {
+    // Short leases make recovery quick; the two-node test wants none to run
+    // out on a loaded machine.
+    let lease_s = if role == "all" { "2" } else { "5" };
     let port = free_port();
     let mut command = Command::new(env!("CARGO_BIN_EXE_tollgate"));
     if let Some(c) = config {
         command.env("TOLLGATE_CONFIG", c);
     }
     let mut child = command
-        .arg("serve")
+        .args(["serve", "--role", role])
         .env("TOLLGATE_DATABASE_URL", &db.url)
         .env("TOLLGATE_LISTEN", format!("127.0.0.1:{port}"))
         .env("TOLLGATE_STORAGE", db.dir.join("objects"))
         .env("TOLLGATE_SITE_ROOT", db.dir.join("site"))
         .env("TOLLGATE_WORKERS", "8")
-        .env("TOLLGATE_LEASE_SECONDS", "2")
+        .env("TOLLGATE_LEASE_SECONDS", lease_s)
         .env("TOLLGATE_LOG", "warn")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -54,7 +62,7 @@ async fn serve_with(db: &TestDb, config: Option<&std::path::Path>) -> Child {
             .await
             .is_ok()
         {
-            return child;
+            return (child, format!("http://127.0.0.1:{port}"));
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -71,6 +79,7 @@ both_backends!(
     sigkill_mid_flight_then_restart,
     sigkill_mid_call_with_provider_idempotency_pays_each_key_once,
     sigkill_mid_call_without_idempotency_parks_instead_of_resending,
+    sigkill_between_the_commits,
 );
 
 async fn sigkill_mid_flight_then_restart(db: TestDb) {
@@ -464,4 +473,246 @@ async fn sigkill_mid_call(db: TestDb, idempotency: bool) {
         }
     }
     assert_eq!(day.used_usd, quoted);
+}
+
+/// A model file for the mock process (written beside the test's database).
+fn mock_models(db: &TestDb, mock: &MockProcess, idempotency: bool) -> std::path::PathBuf {
+    let config = db.dir.join("models.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[models]]\nid = \"mock-edit\"\nkind = \"image_edit\"\nprovider = \"http\"\n\
+             endpoint = \"{}\"\nprice = {{ per_generation = \"0.05\" }}\nattempts = 3\n\
+             on_uncertain = \"park\"\ndefault = true\nidempotency = {idempotency}\n\
+             poll_ms = 50\ntimeout_ms = 60000\n",
+            mock.base
+        ),
+    )
+    .unwrap();
+    config
+}
+
+/// `n` edits of one photo by one person with plenty of credits.
+async fn edits(db: &TestDb, n: usize) -> (tollgate::store::User, Vec<JobId>) {
+    let t = &db.tollgate;
+    let u = t
+        .add_user("u@example.com", Role::User, "correct horse battery")
+        .await
+        .unwrap();
+    t.grant_credits(None, u.id, Credits(100_000), None, None)
+        .await
+        .unwrap();
+    let source = t
+        .upload_asset(&u, Some("image/png"), photo().into())
+        .await
+        .unwrap();
+    let mut ids = Vec::new();
+    for i in 0..n {
+        let body = json!({"kind": "image_edit", "source": source.id, "target": {"kind": "pet"},
+                          "style": "embroidery", "strength": "balanced"});
+        ids.push(
+            t.submit_job(&u, Some(&format!("edit-{i}")), &body)
+                .await
+                .unwrap()
+                .job
+                .id,
+        );
+    }
+    (u, ids)
+}
+
+/// The kill points between a paid job's commits: after (a), the attempt
+/// written, with the request unanswered; and after the call, the provider
+/// done and the prediction id written, before (c). A second node finishes
+/// everything: no job lost, no key paid twice, nothing refunded, and every
+/// attempt priced as the provider quoted it.
+async fn sigkill_between_the_commits(db: TestDb) {
+    let mock = mock_provider(true, 0).await;
+    let config = mock_models(&db, &mock, true);
+    let db = db
+        .with_config(&std::fs::read_to_string(&config).unwrap())
+        .await;
+    let http = reqwest::Client::new();
+    // Three requests are never answered; three finished predictions are
+    // never reported (their status checks hang).
+    http.post(format!("{}/_mock/script", mock.base))
+        .json(&json!({"next": ["hang", "ok", "hang", "ok", "hang"],
+                      "poll": ["hang", "hang", "hang"]}))
+        .send()
+        .await
+        .unwrap();
+    let (u, ids) = edits(&db, 12).await;
+    let mut first = serve_with(&db, Some(&config)).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (mut submitting, mut submitted) = (0, 0);
+        for id in &ids {
+            for a in db.store().attempts(*id).await.unwrap() {
+                match a.state {
+                    AttemptState::Submitting => submitting += 1,
+                    AttemptState::Submitted => submitted += 1,
+                    _ => {}
+                }
+            }
+        }
+        if (submitting >= 3 && submitted >= 3) || Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    first.kill().expect("SIGKILL");
+    first.wait().unwrap();
+    let mut at_kill = (0, 0);
+    for id in &ids {
+        for a in db.store().attempts(*id).await.unwrap() {
+            match a.state {
+                AttemptState::Submitting => at_kill.0 += 1,
+                AttemptState::Submitted => at_kill.1 += 1,
+                _ => {}
+            }
+        }
+    }
+    assert!(
+        at_kill.0 >= 3 && at_kill.1 >= 3,
+        "the kill missed its points: {at_kill:?}"
+    );
+
+    let mut second = serve_with(&db, Some(&config)).await;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let jobs = loop {
+        let mut jobs = Vec::new();
+        for id in &ids {
+            jobs.push(db.store().job(*id).await.unwrap().unwrap());
+        }
+        if jobs.iter().all(|j| j.status.is_terminal()) || Instant::now() > deadline {
+            break jobs;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    second.kill().ok();
+    second.wait().ok();
+
+    let stats: serde_json::Value = http
+        .get(format!("{}/_mock/stats", mock.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    for (key, n) in stats["by_idempotency_key"].as_object().unwrap() {
+        assert_eq!(n, 1, "key {key} was paid {n} times");
+    }
+    let mut spent = Usd::ZERO;
+    let mut credits = 0;
+    for job in &jobs {
+        assert_eq!(job.status, JobStatus::Succeeded, "{:?}", job.error);
+        credits += job.credits.get();
+        let attempts = db.store().attempts(job.id).await.unwrap();
+        assert_eq!(attempts.len(), 1, "{attempts:?}");
+        // Recovered attempts were polled for their price: never unpriced here.
+        assert_eq!(attempts[0].cost_usd, Some(Usd::parse("0.1").unwrap()));
+        spent = spent.plus(attempts[0].cost_usd.unwrap());
+        let events = db.store().job_events(job.id).await.unwrap();
+        assert_eq!(events.iter().filter(|e| e.kind == "succeeded").count(), 1);
+        assert_eq!(events.iter().filter(|e| e.kind == "refunded").count(), 0);
+    }
+    assert_eq!(stats["paid_predictions"], 12);
+    let balance = db.tollgate.user(u.id).await.unwrap().balance;
+    assert_eq!(balance, Credits(100_000 - credits));
+    assert_eq!(db.store().ledger_sum(u.id).await.unwrap(), balance);
+    let day = db
+        .store()
+        .budget_day(chrono::Utc::now().date_naive(), Usd::parse("50").unwrap())
+        .await
+        .unwrap();
+    assert_eq!((day.used_usd, day.reserved_usd), (spent, Usd::ZERO));
+}
+
+/// Roles for several nodes on one PostgreSQL: a web node takes the
+/// submissions and runs nothing; two worker nodes share the work, and each
+/// job is claimed and finished exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_worker_nodes_share_the_work_on_postgres() {
+    let db = TestDb::postgres().await;
+    let mock = mock_provider(true, 0).await;
+    let config = mock_models(&db, &mock, true);
+    let db = db
+        .with_config(&std::fs::read_to_string(&config).unwrap())
+        .await;
+    let t = &db.tollgate;
+    let (u, _) = edits(&db, 0).await;
+    let (_, token) = t.create_api_token(&u, "web").await.unwrap();
+    let source = t
+        .upload_asset(&u, Some("image/png"), photo().into())
+        .await
+        .unwrap();
+    let (mut web, base) = serve_as(&db, Some(&config), "web").await;
+    let http = reqwest::Client::new();
+    let mut ids = Vec::new();
+    for i in 0..300 {
+        let r = http
+            .post(format!("{base}/v1/jobs"))
+            .bearer_auth(&token)
+            .header("Idempotency-Key", format!("two-nodes-{i}"))
+            .json(
+                &json!({"kind": "image_edit", "source": source.id, "target": {"kind": "pet"},
+                          "style": "origami", "strength": "balanced"}),
+            )
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 201);
+        let v: serde_json::Value = r.json().await.unwrap();
+        ids.push(v["id"].as_str().unwrap().parse::<JobId>().unwrap());
+    }
+    // The web node runs nothing.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let m = db.store().metrics_snapshot().await.unwrap();
+    assert_eq!(
+        m.jobs_by_status,
+        [("queued".to_string(), 300)],
+        "a web node claims no job"
+    );
+    let (mut a, _) = serve_as(&db, Some(&config), "worker").await;
+    let (mut b, _) = serve_as(&db, Some(&config), "worker").await;
+    let deadline = Instant::now() + Duration::from_secs(180);
+    loop {
+        let m = db.store().metrics_snapshot().await.unwrap();
+        let done: i64 = m
+            .jobs_by_status
+            .iter()
+            .filter(|(s, _)| s == "succeeded" || s == "failed")
+            .map(|(_, n)| n)
+            .sum();
+        if done == 300 || Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    for node in [&mut a, &mut b, &mut web] {
+        node.kill().ok();
+        node.wait().ok();
+    }
+    let mut workers = std::collections::HashSet::new();
+    for id in &ids {
+        let job = db.store().job(*id).await.unwrap().unwrap();
+        assert_eq!(job.status, JobStatus::Succeeded, "{:?}", job.error);
+        let events = db.store().job_events(*id).await.unwrap();
+        let claims: Vec<_> = events.iter().filter(|e| e.kind == "claimed").collect();
+        assert_eq!(claims.len(), 1, "claimed once: {events:?}");
+        workers.insert(claims[0].detail["worker"].as_str().unwrap().to_string());
+        assert_eq!(events.iter().filter(|e| e.kind == "succeeded").count(), 1);
+        assert_eq!(db.store().attempts(*id).await.unwrap().len(), 1);
+    }
+    assert_eq!(workers.len(), 2, "both worker nodes took jobs: {workers:?}");
+    let stats: serde_json::Value = http
+        .get(format!("{}/_mock/stats", mock.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(stats["paid_predictions"], 300);
 }

@@ -1,13 +1,15 @@
 //! `GET /metrics`: the Prometheus text format, built at scrape time from the
 //! database (the truth) with prometheus-client: jobs by status, attempts and
 //! spend by model (unpriced attempts counted apart), held reservations,
-//! parked work by stage and age, and this node's claim conflicts.
+//! parked work by stage and age, this node's claim conflicts, and its
+//! database commits and statements by purpose.
 
 use crate::Tollgate;
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
@@ -105,6 +107,26 @@ pub async fn metrics(State(t): State<Tollgate>) -> Response {
         "claim_conflicts",
         "Runs on this node that found their claim taken (stale fencing token)",
         conflicts,
+    );
+
+    // What the work costs the database: commits (and the statements they
+    // carried) by this node since it started, by purpose.
+    let commits = Family::<Labels, Counter>::default();
+    let statements = Family::<Labels, Counter>::default();
+    for (purpose, n, stmts) in t.store().counters() {
+        let labels = vec![("purpose".into(), purpose.as_str().to_string())];
+        commits.get_or_create(&labels).inc_by(n);
+        statements.get_or_create(&labels).inc_by(stmts);
+    }
+    registry.register(
+        "db_commits",
+        "Database commits by this node, by purpose (claim, heartbeat, units, submit, other)",
+        commits,
+    );
+    registry.register(
+        "db_statements",
+        "Statements those commits carried, by purpose",
+        statements,
     );
 
     let mut body = String::new();

@@ -44,10 +44,15 @@ impl Backend {
     /// Extends the lease of every job `owner` runs: one write per beat
     /// however many runs are in flight. Returns how many were extended.
     pub async fn heartbeat_owner(&self, owner: &str, lease_s: f64) -> StoreResult<u64> {
+        // Rows a unit of work holds right now are skipped, not waited for:
+        // waiting could deadlock with that unit's transaction, and the next
+        // beat (three per lease) extends them.
         let r = sqlx::query(concat!(
             "UPDATE jobs SET lease_expires_at = ",
             now_plus_seconds!("$2"),
-            " WHERE lease_owner = $1 AND status = 'running'"
+            " WHERE id IN (SELECT id FROM jobs WHERE lease_owner = $1 AND status = 'running' ",
+            for_update_skip_locked!(),
+            ")"
         ))
         .bind(owner)
         .bind(lease_s)
