@@ -1,10 +1,14 @@
 //! Engine benchmarks (docs/benchmarks.md):
 //!
-//! - `throughput`: end-to-end image edits per second through the engine
-//!   (claim, reserve, readiness, an attempt on the mock provider at zero
-//!   latency: submit, poll, download, put-if-absent, review, settle, the
-//!   terminal write) on SQLite and PostgreSQL; next to graphile-worker's
-//!   no-op jobs per second on the same PostgreSQL, in the same run.
+//! - `throughput`: a `tollgate serve --role web` node takes N image edits
+//!   over HTTP and stops; one `--role worker` node then drains them against
+//!   `tollgate-mock-provider --latency-ms 0` (its own process): claim,
+//!   readiness, the attempt with its hold, submit, the prediction id, poll,
+//!   download, put-if-absent, review, and the end (outcome, cost,
+//!   settlement, terminal write), in three units of work per job through the
+//!   group committer. On PostgreSQL and SQLite; next to graphile-worker's
+//!   no-op jobs on the same PostgreSQL, in the same run. Reports the worker's
+//!   own count of transactions and statements per job (its /metrics).
 //! - `inflight`: 10,000 jobs waiting on a provider with 60 s latency (the
 //!   mock provider as its own process): resident memory and CPU of this
 //!   process (engine and, on SQLite, the database) while they wait.
@@ -16,7 +20,6 @@ use serde_json::json;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use tollgate::model::{Credits, JobStatus, Role};
-use tollgate::providers::mock::{MockConfig, MockProvider};
 use tollgate::store::{Backend, User};
 use tollgate::testkit::TestDb;
 
@@ -32,20 +35,6 @@ fn photo() -> Vec<u8> {
     tollgate::testkit::photo_of_a_dog(64, 48)
 }
 
-async fn in_process_mock() -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    let app = MockProvider::new(MockConfig {
-        public_base: base.clone(),
-        ..MockConfig::default()
-    })
-    .router();
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
-    base
-}
-
 fn model_toml(base: &str, extra: &str) -> String {
     format!(
         "daily_cap_usd = \"100000\"\n[[models]]\nid = \"mock-edit\"\nkind = \"image_edit\"\nprovider = \"http\"\nendpoint = \"{base}\"\n\
@@ -53,7 +42,7 @@ fn model_toml(base: &str, extra: &str) -> String {
     )
 }
 
-/// Submits `n` edits with 16 concurrent submitters; returns submissions/s.
+/// Submits `n` edits in-process with 16 concurrent submitters.
 async fn submit(db: &TestDb, u: &User, n: usize) -> f64 {
     let source = db
         .tollgate
@@ -103,60 +92,268 @@ async fn count(db: &TestDb, status: JobStatus) -> i64 {
         .sum()
 }
 
-async fn throughput() {
-    let jobs: usize = arg("--jobs", "2000").parse().unwrap();
-    let workers: usize = arg("--workers", "64").parse().unwrap();
-    println!("| backend | jobs | in flight | jobs/s through the engine |");
-    println!("|---|---:|---:|---:|");
-    for backend in [Backend::Sqlite, Backend::Postgres] {
-        let base = in_process_mock().await;
-        let db = TestDb::new(backend)
-            .await
-            .with_config(&model_toml(&base, "poll_ms = 5"))
-            .await;
-        let u = person(&db).await;
-        submit(&db, &u, jobs).await;
-        let started = Instant::now();
-        let engine = tollgate::engine::start(db.tollgate.clone(), workers);
-        loop {
-            let done = count(&db, JobStatus::Succeeded).await + count(&db, JobStatus::Failed).await;
-            if done as usize >= jobs {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
+/// A free port on 127.0.0.1.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Starts `tollgate serve --role ROLE` on the test database; waits for
+/// /healthz; returns the process and its base URL.
+async fn node(bin: &str, db: &TestDb, role: &str, workers: usize) -> (std::process::Child, String) {
+    let port = free_port();
+    let mut child = Command::new(bin)
+        .args(["serve", "--role", role])
+        .env("TOLLGATE_DATABASE_URL", &db.url)
+        .env("TOLLGATE_LISTEN", format!("127.0.0.1:{port}"))
+        .env("TOLLGATE_STORAGE", db.dir.join("objects"))
+        .env("TOLLGATE_SITE_ROOT", db.dir.join("site"))
+        .env("TOLLGATE_CONFIG", db.dir.join("tollgate.toml"))
+        .env("TOLLGATE_WORKERS", workers.to_string())
+        .env("TOLLGATE_LOG", "warn")
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting {bin}: {e}"));
+    let base = format!("http://127.0.0.1:{port}");
+    let http = reqwest::Client::new();
+    for _ in 0..600 {
+        if http.get(format!("{base}/healthz")).send().await.is_ok() {
+            return (child, base);
         }
-        let rate = jobs as f64 / started.elapsed().as_secs_f64();
-        engine.shutdown().await;
-        let ok = count(&db, JobStatus::Succeeded).await;
-        assert_eq!(ok as usize, jobs, "every job succeeds");
-        println!("| {backend:?} | {jobs} | {workers} | {rate:.0} |");
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    // The peer: graphile-worker's no-op jobs on a fresh database of the same server.
-    let db = TestDb::postgres().await;
-    for concurrency in [16usize, 64] {
-        let name = format!("graphile_{}", uuid::Uuid::new_v4().simple());
-        let admin = sqlx::PgPool::connect(&std::env::var("TOLLGATE_TEST_POSTGRES_URL").unwrap())
-            .await
-            .unwrap();
-        sqlx::query(&format!("CREATE DATABASE {name}"))
-            .execute(&admin)
-            .await
-            .unwrap();
-        let url = db.url.rsplit_once('/').unwrap().0.to_string() + "/" + &name;
-        let out = Command::new("node")
+    let _ = child.kill();
+    let _ = child.wait();
+    panic!("tollgate serve --role {role} did not come up");
+}
+
+/// `tollgate_db_{commits,statements}_total` by purpose, from a node's /metrics.
+async fn db_counts(base: &str) -> std::collections::BTreeMap<String, (f64, f64)> {
+    let text = reqwest::get(format!("{base}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let mut out = std::collections::BTreeMap::new();
+    for line in text.lines() {
+        for (prefix, which) in [
+            ("tollgate_db_commits_total{purpose=\"", 0),
+            ("tollgate_db_statements_total{purpose=\"", 1),
+        ] {
+            if let Some(rest) = line.strip_prefix(prefix) {
+                let (purpose, value) = rest.split_once("\"} ").unwrap();
+                let e: &mut (f64, f64) = out.entry(purpose.to_string()).or_default();
+                let v: f64 = value.parse().unwrap();
+                if which == 0 {
+                    e.0 = v;
+                } else {
+                    e.1 = v;
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The drain the issue asks for: a `--role web` node takes `jobs` image
+/// edits over HTTP and stops; then one `--role worker` node drains them
+/// against `tollgate-mock-provider --latency-ms 0` (its own process). Timed
+/// from the worker answering /healthz until every job has succeeded.
+async fn drain(
+    backend: Backend,
+    bin: &str,
+    (mock, mock_pid): (&str, u32),
+    jobs: usize,
+    workers: usize,
+) -> (f64, String) {
+    let db = TestDb::new(backend)
+        .await
+        .with_config(&model_toml(mock, "poll_ms = 2"))
+        .await;
+    let u = person(&db).await;
+    let (_, token) = db.tollgate.create_api_token(&u, "bench").await.unwrap();
+    let source = db
+        .tollgate
+        .upload_asset(&u, Some("image/png"), photo().into())
+        .await
+        .unwrap();
+    let (mut web, base) = node(bin, &db, "web", workers).await;
+    let mut tasks = Vec::new();
+    for c in 0..16 {
+        let (base, token) = (base.clone(), token.clone());
+        tasks.push(tokio::spawn(async move {
+            let http = reqwest::Client::new();
+            for i in (c..jobs).step_by(16) {
+                let r = http
+                    .post(format!("{base}/v1/jobs"))
+                    .bearer_auth(&token)
+                    .header("Idempotency-Key", format!("drain-{i}"))
+                    .json(&json!({"kind": "image_edit", "source": source.id,
+                        "target": {"kind": "pet"}, "style": "embroidery", "strength": "balanced"}))
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(r.status(), 201);
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let _ = web.kill();
+    let _ = web.wait();
+    assert_eq!(count(&db, JobStatus::Queued).await as usize, jobs);
+    let (mut worker, base) = node(bin, &db, "worker", workers).await;
+    let cpu_before = [cpu_of(worker.id()), cpu_of(mock_pid), postgres_cpu()];
+    let started = Instant::now();
+    // Asked ten times a second: often enough to time the drain to a few
+    // percent, rarely enough not to weigh on the database being measured.
+    loop {
+        let m = db.store().metrics_snapshot().await.unwrap();
+        let done: i64 = m
+            .jobs_by_status
+            .iter()
+            .filter(|(s, _)| s == "succeeded" || s == "failed")
+            .map(|(_, n)| *n)
+            .sum();
+        if done as usize >= jobs {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(600),
+            "the drain took over 10 minutes"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let cpu_after = [cpu_of(worker.id()), cpu_of(mock_pid), postgres_cpu()];
+    let cpu_ms: Vec<f64> = cpu_before
+        .iter()
+        .zip(cpu_after)
+        .map(|(b, a)| (a - b) * 1000.0 / jobs as f64)
+        .collect();
+    let rate = jobs as f64 / started.elapsed().as_secs_f64();
+    let counts = db_counts(&base).await;
+    let _ = worker.kill();
+    let _ = worker.wait();
+    assert_eq!(
+        count(&db, JobStatus::Succeeded).await as usize,
+        jobs,
+        "every job succeeds"
+    );
+    let per_job = |purpose: &str| {
+        let (c, s) = counts.get(purpose).copied().unwrap_or_default();
+        (c / jobs as f64, s / jobs as f64)
+    };
+    let (claim_c, claim_s) = per_job("claim");
+    let (units_c, units_s) = per_job("units");
+    let (beat_c, _) = per_job("heartbeat");
+    let row = format!(
+        "| {backend:?} | {jobs} | {workers} | {rate:.0} | {units_c:.2} | {claim_c:.3} | {:.2} | {beat_c:.3} | {:.2} / {:.2} / {:.2} |",
+        units_s + claim_s,
+        cpu_ms[0],
+        cpu_ms[1],
+        cpu_ms[2],
+    );
+    (rate, row)
+}
+
+/// graphile-worker's no-op jobs per second on a fresh database of the same
+/// PostgreSQL, at `concurrency`.
+async fn graphile(jobs: usize, concurrency: usize) -> f64 {
+    let name = format!("graphile_{}", uuid::Uuid::new_v4().simple());
+    let admin_url = std::env::var("TOLLGATE_TEST_POSTGRES_URL").unwrap();
+    let admin = sqlx::PgPool::connect(&admin_url).await.unwrap();
+    sqlx::query(&format!("CREATE DATABASE {name}"))
+        .execute(&admin)
+        .await
+        .unwrap();
+    admin.close().await;
+    let url = admin_url.rsplit_once('/').unwrap().0.to_string() + "/" + &name;
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new("node")
             .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/bench/graphile"))
             .args(["noop.mjs", "--url", &url, "--jobs", &jobs.to_string()])
             .args(["--concurrency", &concurrency.to_string()])
             .stderr(Stdio::inherit())
             .output()
-            .expect("running node bench/graphile/noop.mjs");
-        assert!(out.status.success(), "graphile-worker benchmark failed");
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            .expect("running node bench/graphile/noop.mjs")
+    })
+    .await
+    .unwrap();
+    assert!(out.status.success(), "graphile-worker benchmark failed");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    v["jobs_per_s"].as_f64().unwrap()
+}
+
+async fn throughput() {
+    let jobs: usize = arg("--jobs", "2000").parse().unwrap();
+    let workers: usize = arg("--workers", "64").parse().unwrap();
+    let bin = arg("--tollgate", "target/release/tollgate");
+    let mock_bin = arg("--mock", "target/release/tollgate-mock-provider");
+    let port = free_port();
+    let mut mock = Command::new(&mock_bin)
+        .args([
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--latency-ms",
+            "0",
+        ])
+        .args(["--price-usd", "0.0001"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting {mock_bin}: {e}"));
+    let base = format!("http://127.0.0.1:{port}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    println!("| backend | jobs | in flight | jobs/s drained by one worker node | transactions per job (group commits) | claim transactions per job | statements per job | heartbeats per job | CPU ms per job: worker / mock / PostgreSQL |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let (pg, row) = drain(Backend::Postgres, &bin, (&base, mock.id()), jobs, workers).await;
+    println!("{row}");
+    let (_, row) = drain(Backend::Sqlite, &bin, (&base, mock.id()), jobs, workers).await;
+    println!("{row}");
+    let _ = mock.kill();
+    let _ = mock.wait();
+    let mut best: f64 = 0.0;
+    for concurrency in [16usize, 64] {
+        let r = graphile(jobs, concurrency).await;
+        best = best.max(r);
         println!(
-            "| graphile-worker no-op (Postgres) | {jobs} | {concurrency} | {:.0} |",
-            v["jobs_per_s"].as_f64().unwrap()
+            "| graphile-worker no-op (Postgres) | {jobs} | {concurrency} | {r:.0} | | | | | |"
         );
     }
+    println!(
+        "\nTollgate (PostgreSQL) / graphile-worker's best: {:.2}",
+        pg / best
+    );
+}
+
+/// CPU seconds (user and system) a process has used so far.
+fn cpu_of(pid: u32) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0.0;
+    };
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    (fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()) as f64 / 100.0
+}
+
+/// CPU seconds every `postgres` process on this machine has used so far.
+fn postgres_cpu() -> f64 {
+    let mut total = 0.0;
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        if comm.trim() == "postgres" {
+            total += cpu_of(pid);
+        }
+    }
+    total
 }
 
 /// (resident bytes, peak resident bytes, CPU seconds) of this process.

@@ -100,6 +100,7 @@ both_backends!(
     attempts_keep_null_costs_and_first_outcomes,
     the_breaker_holds_the_cap_one_hold_per_attempt,
     racing_paid_calls_at_the_cap_never_go_over,
+    racing_first_holds_of_a_new_day_are_not_refused,
     a_group_commit_refuses_a_stale_unit_alone,
     a_failing_unit_does_not_sink_its_group,
 );
@@ -634,4 +635,45 @@ async fn a_failing_unit_does_not_sink_its_group(db: TestDb) {
     assert!(matches!(results[1], Ok(Applied::Done(None))));
     assert_eq!(s.attempts(claims[1].job.id).await.unwrap().len(), 1);
     assert_eq!(s.attempts(claims[0].job.id).await.unwrap().len(), 1);
+}
+
+/// The first holds of a day race to make its row: a hold that finds the row
+/// made meanwhile by another transaction is taken, not refused. Four group
+/// commits race, each long enough for the others to meet it.
+async fn racing_first_holds_of_a_new_day_are_not_refused(db: TestDb) {
+    let (_, _) = jobs(&db, 48).await;
+    let s = db.store();
+    let claims = s.claim_jobs("a", 48, 60.0).await.unwrap();
+    let day = NaiveDate::from_ymd_opt(2031, 1, 2).unwrap();
+    let barrier = Arc::new(Barrier::new(4));
+    let mut tasks = Vec::new();
+    for group in claims.chunks(12) {
+        let units: Vec<Unit> = group
+            .iter()
+            .map(|c| {
+                let hold = Hold {
+                    day,
+                    amount: usd("0.01"),
+                    default_cap: usd("100"),
+                };
+                let mut ops = vec![Op::BeginAttempt(attempt(c.job.id, 1, Some(hold)))];
+                // Later units make the transaction longer.
+                ops.push(Op::BeginAttempt(attempt(c.job.id, 2, None)));
+                unit(c, ops)
+            })
+            .collect();
+        let (s, b) = (s.clone(), barrier.clone());
+        tasks.push(tokio::spawn(async move {
+            b.wait().await;
+            s.apply(&units).await
+        }));
+    }
+    for t in tasks {
+        for a in t.await.unwrap() {
+            let a = a.unwrap();
+            assert!(matches!(a, Applied::Done(_)), "{a:?}");
+        }
+    }
+    let d = s.budget_day(day, usd("100")).await.unwrap();
+    assert_eq!(d.reserved_usd, usd("0.48"));
 }

@@ -24,6 +24,23 @@ fn internal(e: impl std::fmt::Display) -> StoreError {
     StoreError::Corrupt(e.to_string())
 }
 
+/// Images this small (their encoded bytes) are checked on the run's own
+/// thread: decoding them takes microseconds, less than handing them to the
+/// blocking pool and back. Anything larger goes to the blocking pool.
+const INLINE_BYTES_MAX: usize = 16 * 1024;
+
+/// Runs CPU work on the blocking pool, or inline when its input is tiny.
+async fn on_cpu<T: Send + 'static>(
+    input_bytes: usize,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> StoreResult<T> {
+    if input_bytes <= INLINE_BYTES_MAX {
+        Ok(work())
+    } else {
+        tokio::task::spawn_blocking(work).await.map_err(internal)
+    }
+}
+
 pub(super) async fn run(run: &mut Run<'_>) -> StoreResult<()> {
     for step in Step::of(run.job().kind) {
         if step.is_done(&run.progress) {
@@ -86,13 +103,13 @@ async fn readiness(run: &mut Run<'_>) -> StoreResult<Next> {
     };
     let mask = run.t.asset_bytes(edit.target.mask).await?;
     let (kind, description) = (edit.target.kind, edit.target.description.clone());
-    let checked = tokio::task::spawn_blocking(move || {
+    let size = photo.len() + mask.as_ref().map_or(0, Vec::len);
+    let checked = on_cpu(size, move || {
         let img = local::decode(&photo)?;
         let region = local::region(&img, kind, mask.as_deref())?;
         Ok::<_, String>(local::readiness(kind, &description, &region))
     })
-    .await
-    .map_err(internal)?;
+    .await?;
     Ok(match checked {
         Ok(Ok(fraction)) => {
             let fraction = (fraction * 1000.0).round() / 1000.0;
@@ -144,7 +161,11 @@ async fn review(run: &mut Run<'_>) -> StoreResult<Next> {
         None => None,
     };
     let kind = edit.target.kind;
-    let reviewed = tokio::task::spawn_blocking(move || {
+    let size = [&photo, &mask, &out]
+        .iter()
+        .map(|b| b.as_ref().map_or(0, Vec::len))
+        .sum();
+    let reviewed = on_cpu(size, move || {
         let photo = local::decode(&photo.ok_or("the photo is gone")?)?;
         let out = image::load_from_memory(&out.ok_or("the output is gone")?)
             .map_err(|e| e.to_string())?
@@ -152,8 +173,7 @@ async fn review(run: &mut Run<'_>) -> StoreResult<Next> {
         let region = local::region(&photo, kind, mask.as_deref())?;
         Ok::<_, String>(local::review(&photo, &out, &region))
     })
-    .await
-    .map_err(internal)?;
+    .await?;
     let review = match reviewed {
         Ok(r) => Review {
             verdict: if r.verdict == "passed" {

@@ -53,6 +53,10 @@ const CONNECTIONS_MAX: u32 = 16;
 /// The LISTEN/NOTIFY channel that carries queued job ids between nodes.
 pub const JOBS_CHANNEL: &str = "tollgate_jobs";
 
+/// Whether a batch locks its jobs' rows first (in one order), so that it
+/// cannot deadlock with a cancel.
+const LOCKS_ROWS: bool = true;
+
 /// Rule 4: a doorbell carrying only the id, rung in the transaction that
 /// queues the job, so it is heard only once that commits.
 const RING: Option<&str> = Some("SELECT pg_notify('tollgate_jobs', $1)");

@@ -56,6 +56,10 @@ static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite")
 
 const READERS_MAX: u32 = 8;
 
+/// Whether a batch locks its jobs' rows first: the single writer already
+/// serialises every write.
+const LOCKS_ROWS: bool = false;
+
 /// A doorbell other nodes can hear: SQLite is one node, so none.
 const RING: Option<&str> = None;
 

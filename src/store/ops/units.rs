@@ -72,6 +72,36 @@ impl Backend {
         let mut applied = Vec::with_capacity(units.len());
         let mut events = Vec::new();
         let mut statements = 0u64;
+        if super::super::LOCKS_ROWS {
+            // Every unit's job row first, in one order: a cancel (job, then
+            // the day's budget row through its triggers) can then never
+            // hold a job this batch waits for while waiting for the budget
+            // row this batch holds.
+            let mut jobs: Vec<uuid::Uuid> = units
+                .iter()
+                .zip(skip)
+                .filter(|(_, s)| !**s)
+                .map(|(u, _)| u.job.0)
+                .collect();
+            jobs.sort_unstable();
+            jobs.dedup();
+            if !jobs.is_empty() {
+                let marks: Vec<String> = (1..=jobs.len()).map(|i| format!("${i}")).collect();
+                let sql = format!(
+                    concat!(
+                        "SELECT id FROM jobs WHERE id IN ({}) ORDER BY id ",
+                        for_update!()
+                    ),
+                    marks.join(", ")
+                );
+                let mut q = sqlx::query(&sql).persistent(false);
+                for j in &jobs {
+                    q = q.bind(j);
+                }
+                q.fetch_all(&mut *tx).await?;
+                statements += 1;
+            }
+        }
         for (i, unit) in units.iter().enumerate() {
             if skip[i] {
                 applied.push(Applied::Stale);
@@ -159,19 +189,17 @@ async fn apply_unit(
                     let Some(hold) = a.hold else {
                         return Err(corrupt("an attempt without a hold was not written"));
                     };
-                    // The day's first hold makes its row, then tries again.
-                    *statements += 1;
-                    let made = sqlx::query(
+                    // The day's first hold makes its row (or finds it just
+                    // made by another transaction), then tries once more.
+                    *statements += 2;
+                    sqlx::query(
                         "INSERT INTO budget_days (day, cap_usd) VALUES ($1, $2) ON CONFLICT (day) DO NOTHING",
                     )
                     .bind(hold.day)
                     .bind(hold.default_cap)
                     .execute(&mut *conn)
                     .await?;
-                    if made.rows_affected() == 1 {
-                        *statements += 1;
-                        inserted = begin_attempt(conn, token, a).await?;
-                    }
+                    inserted = begin_attempt(conn, token, a).await?;
                     if !inserted {
                         return Ok(Ran::Applied(Applied::Refused));
                     }
