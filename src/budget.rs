@@ -43,6 +43,12 @@ impl Tollgate {
         by: Option<UserId>,
     ) -> Result<BudgetDay> {
         let reason = reason.map(str::trim).filter(|r| !r.is_empty());
+        if reason.is_some_and(|r| r.chars().any(char::is_control)) {
+            return Err(Error::invalid(
+                "reason",
+                "must not contain control characters",
+            ));
+        }
         if reason.is_some_and(|r| r.chars().count() > HALT_REASON_LEN_MAX) {
             return Err(Error::invalid(
                 "reason",

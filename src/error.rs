@@ -106,6 +106,9 @@ impl From<StoreError> for Error {
                 message: format!("that {what} is already taken"),
             },
             StoreError::InsufficientCredits => Error::InsufficientCredits,
+            StoreError::UnstorableText => {
+                Error::invalid("body", "text must not contain NUL characters")
+            }
             StoreError::ImmutableLedger => Error::Internal("attempted to change the ledger".into()),
             other => Error::Internal(other.to_string()),
         }

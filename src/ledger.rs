@@ -20,10 +20,25 @@ pub struct CreditsView {
     pub entries: Vec<LedgerEntry>,
 }
 
+/// SHA-256 of an idempotency key, hex.
+fn key_digest(key: &str) -> String {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(key.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
 fn clean_reason(reason: Option<&str>) -> Result<Option<String>> {
     let Some(r) = reason.map(str::trim).filter(|r| !r.is_empty()) else {
         return Ok(None);
     };
+    if r.chars().any(char::is_control) {
+        return Err(Error::invalid(
+            "reason",
+            "must not contain control characters",
+        ));
+    }
     if r.chars().count() > REASON_LEN_MAX {
         return Err(Error::invalid(
             "reason",
@@ -51,7 +66,10 @@ impl Tollgate {
         let reason = clean_reason(reason)?;
         self.user(to).await?;
         let id = LedgerEntryId::new();
-        let reference = match (idempotency_key, actor) {
+        // A key is up to 255 characters; its SHA-256 keeps every accepted
+        // key within the reference's 200 (and keeps the key itself out of
+        // the ledger).
+        let reference = match (idempotency_key.map(key_digest), actor) {
             (Some(key), Some(a)) => format!("grant:{a}:{key}"),
             (Some(key), None) => format!("grant:cli:{key}"),
             (None, _) => format!("grant:{id}"),

@@ -74,9 +74,10 @@ both_backends!(
     the_openapi_document_describes_what_is_served,
 );
 
-/// Every path and method in `GET /v1/openapi.json` is routed (an admin's
-/// call never meets the router's 404 or 405), and the document is valid JSON
-/// naming the error shape.
+/// `GET /v1/openapi.json` is the document the code generates from the
+/// routes; every path and method in it is routed (an admin's call never
+/// meets the router's 404 or 405); every operation names its errors and
+/// its ways in.
 async fn the_openapi_document_describes_what_is_served(db: TestDb) {
     let s = spawn(db).await;
     let admin = s.token_for("admin@example.com", Role::Admin).await;
@@ -90,9 +91,44 @@ async fn the_openapi_document_describes_what_is_served(db: TestDb) {
         .await
         .unwrap();
     assert_eq!(doc["openapi"], "3.1.0");
-    assert!(doc["components"]["schemas"]["Error"].is_object());
+    assert_eq!(
+        doc,
+        serde_json::to_value(tollgate::api::document()).unwrap()
+    );
+    assert!(doc["components"]["schemas"]["ErrorBody"].is_object());
+    let schemes = &doc["components"]["securitySchemes"];
+    assert_eq!(schemes["bearer_token"]["scheme"], "bearer");
+    assert_eq!(schemes["session_cookie"]["in"], "cookie");
     let paths = doc["paths"].as_object().unwrap();
     assert!(paths.len() >= 20);
+    for (path, item) in paths {
+        for (method, op) in item.as_object().unwrap() {
+            assert!(op["operationId"].is_string(), "{method} {path}");
+            if path.starts_with("/v1/") && path != "/v1/openapi.json" {
+                assert!(op["security"].is_array(), "{method} {path} names no way in");
+                assert!(op["responses"]["401"].is_object(), "{method} {path}");
+            }
+        }
+    }
+    // POST /v1/jobs links to the job's own operations (the stateful phase
+    // of schemathesis follows them).
+    let links = &doc["paths"]["/v1/jobs"]["post"]["responses"]["201"]["links"];
+    for op in [
+        "get_job",
+        "list_attempts",
+        "list_events",
+        "get_output",
+        "cancel_job",
+    ] {
+        assert!(
+            links
+                .as_object()
+                .unwrap()
+                .values()
+                .any(|l| l["operationId"] == op),
+            "no link to {op}: {links}"
+        );
+    }
     // The check below can tell an unrouted path.
     let r = s
         .http
@@ -298,6 +334,49 @@ async fn hostile_bodies_get_the_error_shape(db: TestDb) {
         .unwrap();
     assert_eq!(unknown.status(), StatusCode::UNPROCESSABLE_ENTITY);
     assert_error_shape(&unknown.json().await.unwrap(), "INVALID_REQUEST");
+
+    // The longest key the API accepts fits where it is kept (it was a 500:
+    // the derived ledger reference outgrew its column); sent twice, one grant.
+    let longest = "k".repeat(255);
+    let v = s
+        .db_tollgate
+        .add_user("v@example.com", Role::User, PASSWORD)
+        .await
+        .unwrap();
+    let v_path = s.url(&format!("/v1/users/{}/credit-grants", v.id));
+    for expected in [StatusCode::CREATED, StatusCode::OK] {
+        let r = s
+            .http
+            .post(&v_path)
+            .bearer_auth(&admin)
+            .header("Idempotency-Key", &longest)
+            .json(&json!({"amount": 2.0, "reason": "a float that is whole"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), expected);
+        assert_eq!(r.json::<Value>().await.unwrap()["amount"], 2);
+    }
+    assert_eq!(s.db_tollgate.user(v.id).await.unwrap().balance.get(), 2);
+    let fractional = s
+        .http
+        .post(&path)
+        .bearer_auth(&admin)
+        .json(&json!({"amount": 2.5}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(fractional.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let too_long = s
+        .http
+        .post(&path)
+        .bearer_auth(&admin)
+        .header("Idempotency-Key", "k".repeat(256))
+        .json(&json!({"amount": 1}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(too_long.status(), StatusCode::BAD_REQUEST);
 
     let wrong_type = s
         .http
@@ -505,6 +584,16 @@ async fn budget_days_are_admin_controlled(db: TestDb) {
         .unwrap();
     assert_eq!(d["halted"], true);
     assert_eq!(d["halted_reason"], "the provider bill looks wrong");
+    // A NUL in text is refused at the edge (PostgreSQL cannot store it).
+    let nul = s
+        .http
+        .post(format!("{day}/halt"))
+        .bearer_auth(&admin)
+        .json(&json!({"reason": "bad\u{0}reason"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(nul.status(), StatusCode::UNPROCESSABLE_ENTITY);
     let d: Value = s
         .http
         .post(format!("{day}/resume"))

@@ -44,6 +44,7 @@ pub fn App() -> impl IntoView {
                 <Route path=path!("/account") view=|| view! { <Layout><AccountPage /></Layout> } ssr=SsrMode::Async />
                 <Route path=path!("/admin/jobs") view=|| view! { <Layout><AdminJobsPage /></Layout> } ssr=SsrMode::Async />
                 <Route path=path!("/admin/users") view=|| view! { <Layout><UsersPage /></Layout> } ssr=SsrMode::Async />
+                <Route path=path!("/docs/api") view=|| view! { <Layout><ApiDocsPage /></Layout> } ssr=SsrMode::Async />
                 <Route path=path!("/forbidden") view=|| view! { <Layout><ForbiddenPage /></Layout> } ssr=SsrMode::Async />
             </Routes>
         </Router>

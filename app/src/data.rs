@@ -431,3 +431,316 @@ pub async fn all_jobs(status: Option<String>) -> Result<Vec<AdminJobRow>, Server
         })
         .collect())
 }
+
+/// The API reference, read from the OpenAPI document the engine generates
+/// from its routes (so the page cannot drift from what is served).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct ApiReference {
+    pub title: String,
+    pub description: String,
+    pub groups: Vec<ApiGroup>,
+    pub schemas: Vec<ApiSchema>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct ApiGroup {
+    pub tag: String,
+    pub description: String,
+    pub operations: Vec<ApiOperation>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct ApiOperation {
+    pub id: String,
+    pub method: String,
+    pub path: String,
+    pub summary: String,
+    pub signed_in: bool,
+    pub params: Vec<ApiField>,
+    /// (media type, schema as words)
+    pub body: Vec<(String, String)>,
+    pub responses: Vec<ApiResponse>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct ApiResponse {
+    pub status: String,
+    pub description: String,
+    /// The schema as words (a schema's name links to it).
+    pub schema: Option<String>,
+    pub links: Vec<String>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct ApiField {
+    pub name: String,
+    /// Where a parameter goes (path, query, header), or empty for a field.
+    pub place: String,
+    pub required: bool,
+    pub kind: String,
+    pub description: String,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct ApiSchema {
+    pub name: String,
+    pub description: String,
+    /// Its fields, for an object; empty otherwise.
+    pub fields: Vec<ApiField>,
+    /// What it is, for anything but an object (an enum, a string pattern).
+    pub kind: String,
+}
+
+#[server]
+pub async fn load_api_reference() -> Result<ApiReference, ServerFnError> {
+    let doc = serde_json::to_value(tollgate::api::document())
+        .map_err(|e| ServerFnError::new(e.to_string()))?;
+    Ok(reference::build(&doc))
+}
+
+/// Turns the OpenAPI document into what the reference page shows.
+#[cfg(feature = "ssr")]
+mod reference {
+    use super::*;
+    use serde_json::Value;
+
+    fn text(v: &Value) -> String {
+        v.as_str().unwrap_or_default().to_string()
+    }
+
+    fn ref_name(v: &Value) -> Option<String> {
+        v["$ref"]
+            .as_str()
+            .and_then(|r| r.rsplit('/').next())
+            .map(str::to_string)
+    }
+
+    /// A schema in a few words: `JobObject`, `string (uuid)`, `one of a | b`.
+    pub fn kind(v: &Value) -> String {
+        if let Some(name) = ref_name(v) {
+            return name;
+        }
+        if let Some(all) = v["oneOf"].as_array().or(v["anyOf"].as_array()) {
+            return all.iter().map(kind).collect::<Vec<_>>().join(" or ");
+        }
+        if let Some(all) = v["allOf"].as_array() {
+            return all.iter().map(kind).collect::<Vec<_>>().join(" and ");
+        }
+        if let Some(values) = v["enum"].as_array() {
+            let values: Vec<String> = values
+                .iter()
+                .map(|x| {
+                    x.as_str()
+                        .map(str::to_string)
+                        .unwrap_or_else(|| x.to_string())
+                })
+                .collect();
+            return format!("one of {}", values.join(" | "));
+        }
+        let types: Vec<String> = match &v["type"] {
+            Value::String(t) => vec![t.clone()],
+            Value::Array(ts) => ts.iter().map(text).collect(),
+            _ => Vec::new(),
+        };
+        let nullable = types.iter().any(|t| t == "null");
+        let main: Vec<&String> = types.iter().filter(|t| *t != "null").collect();
+        let mut out = match main.first().map(|s| s.as_str()) {
+            Some("array") => format!("array of {}", kind(&v["items"])),
+            Some("object") if v["additionalProperties"].is_object() => {
+                format!("map to {}", kind(&v["additionalProperties"]))
+            }
+            Some(t) => t.to_string(),
+            None if v.as_object().is_some_and(|o| o.is_empty()) => "any JSON".into(),
+            None => "value".into(),
+        };
+        if let Some(f) = v["format"].as_str() {
+            out.push_str(&format!(" ({f})"));
+        }
+        let mut limits = Vec::new();
+        for (key, word) in [
+            ("minLength", "at least"),
+            ("maxLength", "at most"),
+            ("minimum", "≥"),
+            ("maximum", "≤"),
+        ] {
+            if let Some(n) = v[key].as_f64() {
+                let unit = if key.ends_with("Length") {
+                    " chars"
+                } else {
+                    ""
+                };
+                limits.push(format!("{word} {n}{unit}"));
+            }
+        }
+        if let Some(p) = v["pattern"].as_str() {
+            limits.push(format!("matching {p}"));
+        }
+        if !limits.is_empty() {
+            out.push_str(&format!(", {}", limits.join(", ")));
+        }
+        if nullable {
+            out.push_str(", or null");
+        }
+        out
+    }
+
+    fn fields(v: &Value) -> Vec<ApiField> {
+        let required: Vec<String> = v["required"]
+            .as_array()
+            .map(|r| r.iter().map(text).collect())
+            .unwrap_or_default();
+        v["properties"]
+            .as_object()
+            .map(|props| {
+                props
+                    .iter()
+                    .map(|(name, p)| ApiField {
+                        name: name.clone(),
+                        place: String::new(),
+                        required: required.contains(name),
+                        kind: kind(p),
+                        description: text(&p["description"]),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    pub fn build(doc: &Value) -> ApiReference {
+        let mut groups: Vec<ApiGroup> = doc["tags"]
+            .as_array()
+            .map(|tags| {
+                tags.iter()
+                    .map(|t| ApiGroup {
+                        tag: text(&t["name"]),
+                        description: text(&t["description"]),
+                        operations: Vec::new(),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        if let Some(paths) = doc["paths"].as_object() {
+            for (path, item) in paths {
+                let Some(item) = item.as_object() else {
+                    continue;
+                };
+                for (method, op) in item {
+                    let tag = op["tags"][0].as_str().unwrap_or("other").to_string();
+                    let operation = ApiOperation {
+                        id: text(&op["operationId"]),
+                        method: method.to_uppercase(),
+                        path: path.clone(),
+                        summary: text(&op["summary"]),
+                        signed_in: op["security"].is_array(),
+                        params: op["parameters"]
+                            .as_array()
+                            .map(|ps| {
+                                ps.iter()
+                                    .map(|p| ApiField {
+                                        name: text(&p["name"]),
+                                        place: text(&p["in"]),
+                                        required: p["required"].as_bool().unwrap_or(false),
+                                        kind: kind(&p["schema"]),
+                                        description: text(&p["description"]),
+                                    })
+                                    .collect()
+                            })
+                            .unwrap_or_default(),
+                        body: op["requestBody"]["content"]
+                            .as_object()
+                            .map(|c| {
+                                c.iter()
+                                    .map(|(media, m)| (media.clone(), kind(&m["schema"])))
+                                    .collect()
+                            })
+                            .unwrap_or_default(),
+                        responses: op["responses"]
+                            .as_object()
+                            .map(|rs| {
+                                rs.iter()
+                                    .map(|(status, r)| ApiResponse {
+                                        status: status.clone(),
+                                        description: text(&r["description"]),
+                                        schema: r["content"].as_object().and_then(|c| {
+                                            c.values().next().map(|m| kind(&m["schema"]))
+                                        }),
+                                        links: r["links"]
+                                            .as_object()
+                                            .map(|l| {
+                                                l.values()
+                                                    .map(|x| text(&x["operationId"]))
+                                                    .collect()
+                                            })
+                                            .unwrap_or_default(),
+                                    })
+                                    .collect()
+                            })
+                            .unwrap_or_default(),
+                    };
+                    match groups.iter_mut().find(|g| g.tag == tag) {
+                        Some(g) => g.operations.push(operation),
+                        None => groups.push(ApiGroup {
+                            tag,
+                            description: String::new(),
+                            operations: vec![operation],
+                        }),
+                    }
+                }
+            }
+        }
+        let schemas = doc["components"]["schemas"]
+            .as_object()
+            .map(|s| {
+                s.iter()
+                    .map(|(name, v)| ApiSchema {
+                        name: name.clone(),
+                        description: text(&v["description"]),
+                        fields: fields(v),
+                        kind: if v["properties"].is_object() {
+                            "object".into()
+                        } else {
+                            kind(v)
+                        },
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        ApiReference {
+            title: text(&doc["info"]["title"]),
+            description: text(&doc["info"]["description"]),
+            groups,
+            schemas,
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn the_reference_covers_every_operation() {
+            let doc = serde_json::to_value(tollgate::api::document()).unwrap();
+            let r = build(&doc);
+            let ops: usize = r.groups.iter().map(|g| g.operations.len()).sum();
+            let expected: usize = doc["paths"]
+                .as_object()
+                .unwrap()
+                .values()
+                .map(|i| i.as_object().unwrap().len())
+                .sum();
+            assert_eq!(ops, expected);
+            let submit = r
+                .groups
+                .iter()
+                .flat_map(|g| &g.operations)
+                .find(|o| o.id == "submit_job")
+                .unwrap();
+            assert!(submit.signed_in);
+            assert_eq!(submit.body[0].1, "JobRequestBody");
+            assert!(r
+                .schemas
+                .iter()
+                .any(|s| s.name == "Usd" && s.kind.contains("matching")));
+        }
+    }
+}

@@ -28,6 +28,8 @@ enum Command {
     },
     /// Apply migrations and exit.
     Migrate,
+    /// Print the OpenAPI document of the /v1 API (what /v1/openapi.json serves).
+    Openapi,
     /// Manage users.
     User {
         #[command(subcommand)]
@@ -140,10 +142,17 @@ fn init_logging(format: LogFormat) {
 }
 
 async fn run(cli: Cli) -> Result<(), Fatal> {
+    if let Command::Openapi = cli.command {
+        let doc = serde_json::to_string_pretty(tollgate::api::document())
+            .map_err(|e| Fatal(format!("encoding the document: {e}")))?;
+        println!("{doc}");
+        return Ok(());
+    }
     let config = Config::from_env()?;
     init_logging(config.log_format);
     match cli.command {
         Command::Serve { role } => serve(config, role).await,
+        Command::Openapi => Ok(()),
         Command::Migrate => {
             Tollgate::open(config).await?;
             println!("migrations applied");

@@ -1,37 +1,57 @@
 //! `POST /v1/assets` (raw image bytes) and reading an asset back, only to
 //! its owner, reviewers and admins. Nothing is served from a public URL.
 
+use super::objects::{AssetObject, ErrorBody};
 use crate::assets::ASSET_BYTES_MAX;
 use crate::auth::{AnyUser, Authorized};
 use crate::error::{Error, Result};
 use crate::model::AssetId;
-use crate::store::Asset;
 use crate::Tollgate;
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::Response;
 use axum::Json;
-use serde_json::{json, Value};
+use utoipa_axum::router::{OpenApiRouter, UtoipaMethodRouterExt};
+use utoipa_axum::routes;
 
-pub fn asset_json(a: &Asset) -> Value {
-    json!({
-        "id": a.id, "content_type": a.content_type, "width": a.width, "height": a.height,
-        "bytes": a.bytes, "sha256": a.sha256,
-        "created_at": a.created_at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
-    })
+pub fn router() -> OpenApiRouter<Tollgate> {
+    OpenApiRouter::new()
+        .routes(routes!(upload_asset).layer(DefaultBodyLimit::max(ASSET_BYTES_MAX)))
+        .routes(routes!(get_asset))
+        .routes(routes!(get_asset_content))
 }
 
 fn asset_id(raw: &str) -> Result<AssetId> {
     raw.parse().map_err(|_| Error::NotFound("asset"))
 }
 
-pub async fn upload(
+/// Uploads a photo or mask: typed from its bytes (not its header), at most
+/// 20 MB, 40 megapixels and 10,000 px a side. The same bytes twice are the
+/// same asset.
+#[utoipa::path(
+    post, path = "/assets", tag = "assets", operation_id = "upload_asset",
+    request_body(content(
+        (Vec<u8> = "image/png"), (Vec<u8> = "image/jpeg"), (Vec<u8> = "image/webp"))),
+    responses(
+        (status = 201, description = "The stored asset.", body = AssetObject,
+            links(
+                ("GetAsset" = (operation_id = "get_asset", parameters(("id" = "$response.body#/id")))),
+                ("AssetContent" = (operation_id = "get_asset_content", parameters(("id" = "$response.body#/id")))),
+            )),
+        (status = 401, description = "No valid token or session.", body = ErrorBody),
+        (status = 413, description = "Too large, or a decompression bomb.", body = ErrorBody),
+        (status = 415, description = "Not PNG, JPEG or WebP, or not what the header says.", body = ErrorBody),
+        (status = 422, description = "An image that cannot be decoded.", body = ErrorBody),
+    ),
+    security(("bearer_token" = []), ("session_cookie" = []))
+)]
+async fn upload_asset(
     State(t): State<Tollgate>,
     who: Authorized<AnyUser>,
     headers: HeaderMap,
     body: std::result::Result<Bytes, axum::extract::rejection::BytesRejection>,
-) -> Result<(StatusCode, Json<Value>)> {
+) -> Result<(StatusCode, Json<AssetObject>)> {
     let bytes = body.map_err(|_| Error::BadRequest {
         status: 413,
         code: "PAYLOAD_TOO_LARGE",
@@ -41,19 +61,42 @@ pub async fn upload(
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok());
     let asset = t.upload_asset(who.user(), declared, bytes).await?;
-    Ok((StatusCode::CREATED, Json(asset_json(&asset))))
+    Ok((StatusCode::CREATED, Json(AssetObject::from(&asset))))
 }
 
-pub async fn show(
+/// An asset's record.
+#[utoipa::path(
+    get, path = "/assets/{id}", tag = "assets", operation_id = "get_asset",
+    params(("id" = AssetId, Path, description = "The asset's id.")),
+    responses(
+        (status = 200, description = "The asset.", body = AssetObject),
+        (status = 401, description = "No valid token or session.", body = ErrorBody),
+        (status = 404, description = "No such asset of yours.", body = ErrorBody),
+    ),
+    security(("bearer_token" = []), ("session_cookie" = []))
+)]
+async fn get_asset(
     State(t): State<Tollgate>,
     who: Authorized<AnyUser>,
     Path(id): Path<String>,
-) -> Result<Json<Value>> {
+) -> Result<Json<AssetObject>> {
     let asset = t.visible_asset(who.user(), asset_id(&id)?).await?;
-    Ok(Json(asset_json(&asset)))
+    Ok(Json(AssetObject::from(&asset)))
 }
 
-pub async fn content(
+/// An asset's bytes.
+#[utoipa::path(
+    get, path = "/assets/{id}/content", tag = "assets", operation_id = "get_asset_content",
+    params(("id" = AssetId, Path, description = "The asset's id.")),
+    responses(
+        (status = 200, description = "The bytes.", content(
+            (Vec<u8> = "image/png"), (Vec<u8> = "image/jpeg"), (Vec<u8> = "image/webp"))),
+        (status = 401, description = "No valid token or session.", body = ErrorBody),
+        (status = 404, description = "No such asset of yours.", body = ErrorBody),
+    ),
+    security(("bearer_token" = []), ("session_cookie" = []))
+)]
+async fn get_asset_content(
     State(t): State<Tollgate>,
     who: Authorized<AnyUser>,
     Path(id): Path<String>,

@@ -1,89 +1,99 @@
-//! `/v1/jobs`, `/v1/quote` and `/v1/catalogue`.
+//! `/v1/jobs`, `/v1/quote` and `/v1/catalogue`: each handler and its
+//! OpenAPI operation in one place.
 
+use super::objects::{
+    AttemptList, AttemptObject, ErrorBody, EventList, EventObject, JobObject, JobPage, QuoteObject,
+};
 use super::ApiJson;
 use crate::auth::{AnyUser, Authorized};
 use crate::error::{Error, Result};
-use crate::model::{JobId, JobKind, JobStatus, Strength, TargetKind, Usd, STYLES};
-use crate::store::{Attempt, Job, JobEvent};
+use crate::model::{
+    JobId, JobStatus, RawImageEdit, RawVideo, Resolution, Strength, TargetKind, Usd, STYLES,
+};
 use crate::Tollgate;
 use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde::Deserialize;
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::{IntoParams, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
-fn rfc3339(t: chrono::DateTime<chrono::Utc>) -> String {
-    t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+pub fn router() -> OpenApiRouter<Tollgate> {
+    OpenApiRouter::new()
+        .routes(routes!(submit_job, list_jobs))
+        .routes(routes!(get_job))
+        .routes(routes!(list_attempts))
+        .routes(routes!(list_events))
+        .routes(routes!(get_output))
+        .routes(routes!(cancel_job))
+        .routes(routes!(quote))
+        .routes(routes!(catalogue))
 }
 
-/// The cost block of a job from its attempts: priced spend, and how many
-/// attempts nobody could price (never counted as zero).
-pub fn cost_json(attempts: &[Attempt]) -> Value {
-    let priced = attempts
-        .iter()
-        .filter_map(|a| a.cost_usd)
-        .fold(Usd::ZERO, |sum, c| sum.plus(c));
-    let unpriced = attempts
-        .iter()
-        .filter(|a| a.cost_usd.is_none() && a.state != crate::model::AttemptState::Submitting)
-        .count();
-    json!({ "usd": priced, "unpriced_attempts": unpriced, "attempts": attempts.len() })
-}
-
-pub fn attempt_json(a: &Attempt) -> Value {
-    json!({
-        "provider": a.provider, "model": a.model, "attempt_no": a.attempt_no, "state": a.state,
-        "provider_job_id": a.provider_job_id,
-        "error_class": a.error_class, "error": a.error, "duration_ms": a.duration_ms, "usage": a.usage,
-        "cost_usd": a.cost_usd, "cost_source": a.cost_source, "started_at": rfc3339(a.started_at),
-    })
-}
-
-/// The job object of API.md, with its attempts' cost.
-pub fn job_json_with(job: &Job, attempts: &[Attempt]) -> Value {
-    let mut v = job_json(job);
-    v["cost"] = cost_json(attempts);
-    v
-}
-
-/// The job object of API.md.
-pub fn job_json(job: &Job) -> Value {
-    let lineage = match job.kind {
-        JobKind::ImageEdit => json!({
-            "root": job.id, "parent": null, "repairs_left": 2, "outcome": null, "retained_previous": false
-        }),
-        JobKind::Video => Value::Null,
-    };
-    json!({
-        "id": job.id,
-        "kind": job.kind,
-        "status": job.status,
-        "credits": job.credits,
-        "estimated_usd": job.estimated_usd,
-        "created_at": rfc3339(job.created_at),
-        "completed_at": job.completed_at.map(rfc3339),
-        "request": job.request,
-        "output": match (&job.status, &job.output_content_type) {
-            (JobStatus::Succeeded, Some(ct)) => json!({"url": format!("/v1/jobs/{}/output", job.id), "content_type": ct}),
-            _ => Value::Null,
-        },
-        "error": job.error,
-        "review": job.review,
-        "lineage": lineage,
-        "cost": null,
-    })
-}
-
-pub fn event_json(e: &JobEvent) -> Value {
-    json!({ "id": e.id, "kind": e.kind, "detail": e.detail, "at": rfc3339(e.created_at) })
+/// A job request: an image edit or a video (`kind` says which).
+#[derive(Deserialize, ToSchema)]
+#[serde(untagged)]
+#[allow(dead_code)]
+pub enum JobRequestBody {
+    ImageEdit(RawImageEdit),
+    Video(RawVideo),
 }
 
 fn job_id(raw: &str) -> Result<JobId> {
     raw.parse().map_err(|_| Error::NotFound("job"))
 }
 
-pub async fn submit(
+/// `Idempotency-Key`: required on every paid request; one key and one body
+/// make one job.
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Header)]
+#[allow(dead_code)]
+struct IdempotencyKeyHeader {
+    #[param(
+        rename = "Idempotency-Key",
+        min_length = 1,
+        max_length = 255,
+        pattern = "^[ -~]+$"
+    )]
+    idempotency_key: String,
+}
+
+/// Submits a job: one key and one body make one job, charged once.
+///
+/// The job and its charge are one transaction: too few credits make no job
+/// (402). The same key with the same body answers the first job (202, with
+/// `Idempotent-Replayed: true`); the same key with another body is 409. Keys
+/// are kept for seven days.
+#[utoipa::path(
+    post, path = "/jobs", tag = "jobs", operation_id = "submit_job",
+    params(IdempotencyKeyHeader),
+    request_body(content = JobRequestBody, description = "The request; see GET /v1/catalogue for styles and models."),
+    responses(
+        (status = 201, description = "A new job, charged.", body = JobObject,
+            headers(("Location" = String, description = "/v1/jobs/{id}")),
+            links(
+                ("GetJob" = (operation_id = "get_job", parameters(("id" = "$response.body#/id")))),
+                ("JobAttempts" = (operation_id = "list_attempts", parameters(("id" = "$response.body#/id")))),
+                ("JobEvents" = (operation_id = "list_events", parameters(("id" = "$response.body#/id")))),
+                ("JobOutput" = (operation_id = "get_output", parameters(("id" = "$response.body#/id")))),
+                ("CancelJob" = (operation_id = "cancel_job", parameters(("id" = "$response.body#/id")))),
+            )),
+        (status = 202, description = "The job made earlier under this key and body.", body = JobObject,
+            headers(("Idempotent-Replayed" = String, description = "true"), ("Location" = String))),
+        (status = 400, description = "No Idempotency-Key, or one that is not 1 to 255 printable ASCII characters; malformed JSON.", body = ErrorBody),
+        (status = 401, description = "No valid token or session.", body = ErrorBody),
+        (status = 402, description = "Too few credits: no job is made.", body = ErrorBody),
+        (status = 409, description = "This key was used with another body.", body = ErrorBody),
+        (status = 413, description = "The body is too large.", body = ErrorBody),
+        (status = 415, description = "Not JSON.", body = ErrorBody),
+        (status = 422, description = "Invalid fields (details name them).", body = ErrorBody),
+    ),
+    security(("bearer_token" = []), ("session_cookie" = []))
+)]
+async fn submit_job(
     State(t): State<Tollgate>,
     who: Authorized<AnyUser>,
     headers: HeaderMap,
@@ -104,43 +114,62 @@ pub async fn submit(
     } else {
         t.store().attempts(submission.job.id).await?
     };
-    let location = format!("/v1/jobs/{}", submission.job.id);
-    let mut response = if submission.created {
-        (
-            StatusCode::CREATED,
-            Json(job_json_with(&submission.job, &attempts)),
-        )
-            .into_response()
+    let object = JobObject::new(&submission.job, &attempts);
+    let status = if submission.created {
+        StatusCode::CREATED
     } else {
-        let mut r = (
-            StatusCode::ACCEPTED,
-            Json(job_json_with(&submission.job, &attempts)),
-        )
-            .into_response();
-        r.headers_mut()
-            .insert("idempotent-replayed", HeaderValue::from_static("true"));
-        r
+        StatusCode::ACCEPTED
     };
-    if let Ok(v) = HeaderValue::from_str(&location) {
+    let mut response = (status, Json(object)).into_response();
+    if !submission.created {
+        response
+            .headers_mut()
+            .insert("idempotent-replayed", HeaderValue::from_static("true"));
+    }
+    if let Ok(v) = HeaderValue::from_str(&format!("/v1/jobs/{}", submission.job.id)) {
         response.headers_mut().insert(header::LOCATION, v);
     }
     Ok(response)
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
-pub struct ListQuery {
+struct ListQuery {
+    /// Only jobs in this state.
+    #[param(value_type = Option<JobStatus>)]
     status: Option<String>,
+    /// Jobs a page (1 to 100; 20 when absent).
+    #[param(minimum = 1, maximum = 100)]
     limit: Option<i64>,
+    /// `next_cursor` of the previous page.
+    #[param(max_length = 200)]
     cursor: Option<String>,
 }
 
-pub async fn list(
+/// The caller's jobs, newest first.
+#[utoipa::path(
+    get, path = "/jobs", tag = "jobs", operation_id = "list_jobs",
+    params(ListQuery),
+    responses(
+        (status = 200, description = "A page of jobs.", body = JobPage),
+        (status = 401, description = "No valid token or session.", body = ErrorBody),
+        (status = 422, description = "A bad status, limit or cursor.", body = ErrorBody),
+    ),
+    security(("bearer_token" = []), ("session_cookie" = []))
+)]
+async fn list_jobs(
     State(t): State<Tollgate>,
     who: Authorized<AnyUser>,
     query: std::result::Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
-) -> Result<Json<Value>> {
+) -> Result<Json<JobPage>> {
     let Query(q) = query.map_err(|e| Error::invalid("query", e.body_text()))?;
+    if q.status.as_deref() == Some("") {
+        return Err(Error::invalid(
+            "status",
+            "must be queued, running, parked, succeeded, failed or cancelled",
+        ));
+    }
     let (jobs, next) = t
         .list_jobs(
             who.user(),
@@ -156,41 +185,75 @@ pub async fn list(
     for a in t.store().attempts_of(&ids).await? {
         by_job.entry(a.job_id).or_default().push(a);
     }
-    let data: Vec<Value> = jobs
+    let data = jobs
         .iter()
-        .map(|j| job_json_with(j, by_job.get(&j.id).map(Vec::as_slice).unwrap_or(&[])))
+        .map(|j| JobObject::new(j, by_job.get(&j.id).map(Vec::as_slice).unwrap_or(&[])))
         .collect();
-    Ok(Json(json!({
-        "data": data,
-        "has_more": next.is_some(),
-        "next_cursor": next,
-    })))
+    Ok(Json(JobPage {
+        data,
+        has_more: next.is_some(),
+        next_cursor: next,
+    }))
 }
 
-pub async fn show(
+/// A job: its owner's, or any job for reviewers and admins (404 otherwise).
+#[utoipa::path(
+    get, path = "/jobs/{id}", tag = "jobs", operation_id = "get_job",
+    params(("id" = JobId, Path, description = "The job's id.")),
+    responses(
+        (status = 200, description = "The job.", body = JobObject),
+        (status = 401, description = "No valid token or session.", body = ErrorBody),
+        (status = 404, description = "No such job of yours.", body = ErrorBody),
+    ),
+    security(("bearer_token" = []), ("session_cookie" = []))
+)]
+async fn get_job(
     State(t): State<Tollgate>,
     who: Authorized<AnyUser>,
     Path(id): Path<String>,
-) -> Result<Json<Value>> {
+) -> Result<Json<JobObject>> {
     let job = t.visible_job(who.user(), job_id(&id)?).await?;
     let attempts = t.store().attempts(job.id).await?;
-    Ok(Json(job_json_with(&job, &attempts)))
+    Ok(Json(JobObject::new(&job, &attempts)))
 }
 
-pub async fn attempts(
+/// Every provider call of a job, failed ones included; a cost is null when
+/// nobody could price the call.
+#[utoipa::path(
+    get, path = "/jobs/{id}/attempts", tag = "jobs", operation_id = "list_attempts",
+    params(("id" = JobId, Path, description = "The job's id.")),
+    responses(
+        (status = 200, description = "The attempts, oldest first.", body = AttemptList),
+        (status = 401, description = "No valid token or session.", body = ErrorBody),
+        (status = 404, description = "No such job of yours.", body = ErrorBody),
+    ),
+    security(("bearer_token" = []), ("session_cookie" = []))
+)]
+async fn list_attempts(
     State(t): State<Tollgate>,
     who: Authorized<AnyUser>,
     Path(id): Path<String>,
-) -> Result<Json<Value>> {
+) -> Result<Json<AttemptList>> {
     let job = t.visible_job(who.user(), job_id(&id)?).await?;
     let attempts = t.store().attempts(job.id).await?;
-    Ok(Json(
-        json!({ "data": attempts.iter().map(attempt_json).collect::<Vec<_>>() }),
-    ))
+    Ok(Json(AttemptList {
+        data: attempts.iter().map(AttemptObject::from).collect(),
+    }))
 }
 
-/// The output's bytes, to the owner, reviewers and admins.
-pub async fn output(
+/// The job's output bytes, to the owner, reviewers and admins.
+#[utoipa::path(
+    get, path = "/jobs/{id}/output", tag = "jobs", operation_id = "get_output",
+    params(("id" = JobId, Path, description = "The job's id.")),
+    responses(
+        (status = 200, description = "The output.", content(
+            (Vec<u8> = "image/png"), (Vec<u8> = "image/jpeg"), (Vec<u8> = "image/webp"), (Vec<u8> = "image/gif"))),
+        (status = 401, description = "No valid token or session.", body = ErrorBody),
+        (status = 404, description = "No such job of yours, or it has no output yet.", body = ErrorBody),
+    ),
+    security(("bearer_token" = []), ("session_cookie" = []))
+)]
+async fn get_output(
     State(t): State<Tollgate>,
     who: Authorized<AnyUser>,
     Path(id): Path<String>,
@@ -199,50 +262,174 @@ pub async fn output(
     Ok(super::private_object(&content_type, body))
 }
 
-pub async fn events(
+/// The job's timeline, oldest first.
+#[utoipa::path(
+    get, path = "/jobs/{id}/events", tag = "jobs", operation_id = "list_events",
+    params(("id" = JobId, Path, description = "The job's id.")),
+    responses(
+        (status = 200, description = "The timeline.", body = EventList),
+        (status = 401, description = "No valid token or session.", body = ErrorBody),
+        (status = 404, description = "No such job of yours.", body = ErrorBody),
+    ),
+    security(("bearer_token" = []), ("session_cookie" = []))
+)]
+async fn list_events(
     State(t): State<Tollgate>,
     who: Authorized<AnyUser>,
     Path(id): Path<String>,
-) -> Result<Json<Value>> {
+) -> Result<Json<EventList>> {
     let events = t.job_events(who.user(), job_id(&id)?).await?;
-    Ok(Json(
-        json!({ "data": events.iter().map(event_json).collect::<Vec<_>>() }),
-    ))
+    Ok(Json(EventList {
+        data: events.iter().map(EventObject::from).collect(),
+    }))
 }
 
-pub async fn cancel(
+/// Cancels a job that has not finished, and refunds it once; answers the
+/// job as stored either way.
+#[utoipa::path(
+    post, path = "/jobs/{id}/cancel", tag = "jobs", operation_id = "cancel_job",
+    params(("id" = JobId, Path, description = "The job's id.")),
+    responses(
+        (status = 200, description = "The job as stored.", body = JobObject),
+        (status = 401, description = "No valid token or session.", body = ErrorBody),
+        (status = 404, description = "No such job of yours.", body = ErrorBody),
+    ),
+    security(("bearer_token" = []), ("session_cookie" = []))
+)]
+async fn cancel_job(
     State(t): State<Tollgate>,
     who: Authorized<AnyUser>,
     Path(id): Path<String>,
-) -> Result<Json<Value>> {
+) -> Result<Json<JobObject>> {
     let job = t.cancel_job(who.user(), job_id(&id)?).await?;
     let attempts = t.store().attempts(job.id).await?;
-    Ok(Json(job_json_with(&job, &attempts)))
+    Ok(Json(JobObject::new(&job, &attempts)))
 }
 
-pub async fn quote(
+/// What a request would cost, by the same `quote()` that charges; charges
+/// nothing.
+#[utoipa::path(
+    post, path = "/quote", tag = "jobs", operation_id = "quote",
+    request_body(content = JobRequestBody),
+    responses(
+        (status = 200, description = "The price.", body = QuoteObject),
+        (status = 400, description = "Malformed JSON.", body = ErrorBody),
+        (status = 401, description = "No valid token or session.", body = ErrorBody),
+        (status = 413, description = "The body is too large.", body = ErrorBody),
+        (status = 415, description = "Not JSON.", body = ErrorBody),
+        (status = 422, description = "Invalid fields (details name them).", body = ErrorBody),
+    ),
+    security(("bearer_token" = []), ("session_cookie" = []))
+)]
+async fn quote(
     State(t): State<Tollgate>,
     _who: Authorized<AnyUser>,
     ApiJson(body): ApiJson<Value>,
-) -> Result<Json<Value>> {
+) -> Result<Json<QuoteObject>> {
     let (_, q) = t.price(&body)?;
-    Ok(Json(
-        json!({ "credits": q.credits, "estimated_usd": q.estimated_usd }),
-    ))
+    Ok(Json(QuoteObject {
+        credits: q.credits,
+        estimated_usd: q.estimated_usd,
+    }))
 }
 
-pub async fn catalogue(State(t): State<Tollgate>, _who: Authorized<AnyUser>) -> Json<Value> {
+#[derive(Serialize, ToSchema)]
+pub struct Choice {
+    pub id: String,
+    pub label: String,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct StyleObject {
+    pub id: String,
+    pub name: String,
+    pub description: String,
+    /// Three colours (CSS hex) that show the medium.
+    pub swatch: Vec<String>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct EditModelObject {
+    pub id: String,
+    pub name: String,
+    pub per_generation: Usd,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct VideoModelObject {
+    pub id: String,
+    pub name: String,
+    pub durations_s: Vec<u32>,
+    pub resolutions: Vec<Resolution>,
+    /// `{"per_second": {"720p": "0.05"}}` or `{"per_generation": {...}}`.
+    pub price: crate::model::VideoPrice,
+}
+
+/// What can be ordered and what it costs.
+#[derive(Serialize, ToSchema)]
+pub struct CatalogueObject {
+    pub targets: Vec<Choice>,
+    pub styles: Vec<StyleObject>,
+    pub strengths: Vec<Choice>,
+    /// What one credit is worth.
+    pub credit_usd: Usd,
+    pub edit_model: EditModelObject,
+    pub video_models: Vec<VideoModelObject>,
+    pub default_video_model: String,
+}
+
+/// Targets, the fifteen media, strengths, and the models with their prices.
+#[utoipa::path(
+    get, path = "/catalogue", tag = "jobs", operation_id = "catalogue",
+    responses(
+        (status = 200, description = "The catalogue.", body = CatalogueObject),
+        (status = 401, description = "No valid token or session.", body = ErrorBody),
+    ),
+    security(("bearer_token" = []), ("session_cookie" = []))
+)]
+async fn catalogue(State(t): State<Tollgate>, _who: Authorized<AnyUser>) -> Json<CatalogueObject> {
     let c = t.catalogue();
-    Json(json!({
-        "targets": TargetKind::ALL.iter().map(|k| json!({"id": k.as_str(), "label": k.label()})).collect::<Vec<_>>(),
-        "styles": STYLES,
-        "strengths": Strength::ALL.iter().map(|s| json!({"id": s.as_str(), "label": s.label()})).collect::<Vec<_>>(),
-        "credit_usd": c.credit_usd,
-        "edit_model": c.edit_model,
-        "video_models": c.video_models.iter().map(|m| json!({
-            "id": m.id, "name": m.name, "durations_s": m.durations_s,
-            "resolutions": m.resolutions(), "price": m.price,
-        })).collect::<Vec<_>>(),
-        "default_video_model": c.default_video_model,
-    }))
+    Json(CatalogueObject {
+        targets: TargetKind::ALL
+            .iter()
+            .map(|k| Choice {
+                id: k.as_str().into(),
+                label: k.label().into(),
+            })
+            .collect(),
+        styles: STYLES
+            .iter()
+            .map(|s| StyleObject {
+                id: s.id.into(),
+                name: s.name.into(),
+                description: s.description.into(),
+                swatch: s.swatch.iter().map(|c| c.to_string()).collect(),
+            })
+            .collect(),
+        strengths: Strength::ALL
+            .iter()
+            .map(|s| Choice {
+                id: s.as_str().into(),
+                label: s.label().into(),
+            })
+            .collect(),
+        credit_usd: c.credit_usd,
+        edit_model: EditModelObject {
+            id: c.edit_model.id.clone(),
+            name: c.edit_model.name.clone(),
+            per_generation: c.edit_model.per_generation,
+        },
+        video_models: c
+            .video_models
+            .iter()
+            .map(|m| VideoModelObject {
+                id: m.id.clone(),
+                name: m.name.clone(),
+                durations_s: m.durations_s.clone(),
+                resolutions: m.resolutions(),
+                price: m.price.clone(),
+            })
+            .collect(),
+        default_video_model: c.default_video_model.clone(),
+    })
 }

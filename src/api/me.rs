@@ -1,10 +1,49 @@
-//! `GET /v1/me`: who the token or session belongs to.
+//! `GET /v1/me` and `GET /v1/credits`: who the caller is, and their credits.
 
+use super::objects::{CreditsObject, ErrorBody, LedgerEntryObject, MeObject};
 use crate::auth::{AnyUser, Authorized};
+use crate::error::Result;
+use crate::Tollgate;
+use axum::extract::State;
 use axum::Json;
-use serde_json::{json, Value};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
-pub async fn show(who: Authorized<AnyUser>) -> Json<Value> {
-    let u = who.user();
-    Json(json!({ "id": u.id, "email": u.email, "role": u.role }))
+pub fn router() -> OpenApiRouter<Tollgate> {
+    OpenApiRouter::new()
+        .routes(routes!(me))
+        .routes(routes!(credits))
+}
+
+/// Who the token or session belongs to.
+#[utoipa::path(
+    get, path = "/me", tag = "account", operation_id = "me",
+    responses(
+        (status = 200, description = "The caller.", body = MeObject),
+        (status = 401, description = "No valid token or session.", body = ErrorBody),
+    ),
+    security(("bearer_token" = []), ("session_cookie" = []))
+)]
+async fn me(who: Authorized<AnyUser>) -> Json<MeObject> {
+    Json(MeObject::from(who.user()))
+}
+
+/// The caller's balance and ledger, newest first.
+#[utoipa::path(
+    get, path = "/credits", tag = "account", operation_id = "credits",
+    responses(
+        (status = 200, description = "Balance and entries.", body = CreditsObject),
+        (status = 401, description = "No valid token or session.", body = ErrorBody),
+    ),
+    security(("bearer_token" = []), ("session_cookie" = []))
+)]
+async fn credits(
+    State(t): State<Tollgate>,
+    who: Authorized<AnyUser>,
+) -> Result<Json<CreditsObject>> {
+    let view = t.credits(who.user()).await?;
+    Ok(Json(CreditsObject {
+        balance: view.balance,
+        entries: view.entries.iter().map(LedgerEntryObject::from).collect(),
+    }))
 }

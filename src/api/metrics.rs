@@ -24,6 +24,16 @@ fn micros(usd: crate::model::Usd) -> i64 {
     usd.micros().unwrap_or(i64::MAX)
 }
 
+/// Jobs, attempts and spend by model (unpriced counted apart), holds,
+/// parked work, claim conflicts and database commits, in the OpenMetrics
+/// text format.
+#[utoipa::path(
+    get, path = "/metrics", tag = "operations", operation_id = "metrics",
+    responses(
+        (status = 200, description = "The metrics.", content_type = "application/openmetrics-text", body = String),
+        (status = 503, description = "The database does not answer.", content_type = "text/plain", body = String),
+    )
+)]
 pub async fn metrics(State(t): State<Tollgate>) -> Response {
     let snapshot = match t.store().metrics_snapshot().await {
         Ok(s) => s,

@@ -4,23 +4,27 @@
 
 mod assets;
 mod budget;
-mod credits;
 mod error;
 mod jobs;
 mod json;
 mod me;
 mod metrics;
+pub mod objects;
 mod ops;
 mod users;
 
 pub use error::error_body;
-pub use jobs::{attempt_json, event_json, job_json, job_json_with};
 pub use json::ApiJson;
 
 use crate::Tollgate;
 use axum::extract::DefaultBodyLimit;
-use axum::routing::{get, post};
 use axum::Router;
+use std::sync::OnceLock;
+use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::openapi::OpenApi as Document;
+use utoipa::{Modify, OpenApi};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 /// Streams a stored object to the one who may see it: never cached by
 /// anyone else, never sniffed into another type.
@@ -51,59 +55,110 @@ pub(crate) fn private_object(
 /// Largest JSON body the API reads.
 pub const JSON_BODY_BYTES_MAX: usize = 64 * 1024;
 
-/// Only `/healthz` and `/readyz`: what a node without pages serves.
-pub fn ops_router(state: Tollgate) -> Router {
-    Router::new()
-        .route("/healthz", get(ops::healthz))
-        .route("/readyz", get(ops::readyz))
-        .route("/metrics", get(metrics::metrics))
-        .with_state(state)
+/// What the document says before the routes add themselves.
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "Tollgate",
+        description = "The control plane for paid AI generation: submit image edits and videos, \
+            charged once; watch them run; read every provider call's cost (null when nobody could \
+            price it, never zero). Every error is `{\"error\": {\"code\", \"message\", \"details\"}}`. \
+            Programs send `Authorization: Bearer tg_...`; the browser uses its session."
+    ),
+    modifiers(&WaysIn),
+    tags(
+        (name = "jobs", description = "Paid generation jobs, their attempts and timeline."),
+        (name = "assets", description = "Private uploads: photos and masks."),
+        (name = "account", description = "Who you are and your credits."),
+        (name = "admin", description = "Users, credit grants and the daily spending breaker (admins)."),
+        (name = "operations", description = "Health, readiness, metrics and this document."),
+    )
+)]
+struct ApiDoc;
+
+/// Both ways in: an API token as a bearer token, or the browser's session.
+struct WaysIn;
+
+impl Modify for WaysIn {
+    fn modify(&self, doc: &mut Document) {
+        let components = doc.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer_token",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .bearer_format("tg_...")
+                    .description(Some(
+                        "An API token made on the Account page or with `tollgate token create`.",
+                    ))
+                    .build(),
+            ),
+        );
+        components.add_security_scheme(
+            "session_cookie",
+            SecurityScheme::ApiKey(ApiKey::Cookie(ApiKeyValue::new("tollgate_session"))),
+        );
+    }
 }
 
-/// `GET /v1/openapi.json`: the API described in OpenAPI 3.1. Written by
-/// hand next to the handlers; a test checks every path in it is served.
-pub const OPENAPI: &str = include_str!("openapi.json");
-
-async fn openapi() -> impl axum::response::IntoResponse {
+/// `GET /v1/openapi.json`: this document, generated from the routes.
+#[utoipa::path(
+    get, path = "/openapi.json", tag = "operations", operation_id = "openapi",
+    responses((status = 200, description = "The OpenAPI 3.1 document.", body = Object))
+)]
+async fn openapi_json() -> axum::response::Response {
+    use axum::response::IntoResponse;
     (
         [(axum::http::header::CONTENT_TYPE, "application/json")],
-        OPENAPI,
+        document_json().to_string(),
     )
+        .into_response()
 }
 
-/// `/healthz`, `/readyz` and everything under `/v1`. The caller adds the
-/// session layer (the app does; so do the tests).
+/// The routes under `/v1`, each with its operation: a route cannot be
+/// served undocumented, nor documented and not served.
+fn v1() -> OpenApiRouter<Tollgate> {
+    OpenApiRouter::new()
+        .merge(jobs::router())
+        .merge(assets::router())
+        .merge(me::router())
+        .merge(users::router())
+        .merge(budget::router())
+        .routes(routes!(openapi_json))
+}
+
+/// The routers and the document they make together.
+fn parts() -> (Router<Tollgate>, Router<Tollgate>, Document) {
+    let (v1, v1_doc) = v1().split_for_parts();
+    let (ops, ops_doc) = ops::router().split_for_parts();
+    let mut doc = ApiDoc::openapi().nest("/v1", v1_doc);
+    doc.merge(ops_doc);
+    (ops, v1, doc)
+}
+
+/// The OpenAPI document, as the code generates it.
+pub fn document() -> &'static Document {
+    static DOC: OnceLock<Document> = OnceLock::new();
+    DOC.get_or_init(|| parts().2)
+}
+
+fn document_json() -> &'static serde_json::Value {
+    static JSON: OnceLock<serde_json::Value> = OnceLock::new();
+    JSON.get_or_init(|| serde_json::to_value(document()).unwrap_or_default())
+}
+
+/// Only `/healthz`, `/readyz` and `/metrics`: what a node without pages serves.
+pub fn ops_router(state: Tollgate) -> Router {
+    parts().0.with_state(state)
+}
+
+/// `/healthz`, `/readyz`, `/metrics` and everything under `/v1`. The caller
+/// adds the session layer (the app does; so do the tests).
 pub fn router(state: Tollgate) -> Router {
-    let v1 = Router::new()
-        .route("/me", get(me::show))
-        .route("/credits", get(credits::show))
-        .route("/users", get(users::list))
-        .route("/users/{id}/credit-grants", post(users::grant))
-        .route("/jobs", post(jobs::submit).get(jobs::list))
-        .route("/jobs/{id}", get(jobs::show))
-        .route("/jobs/{id}/events", get(jobs::events))
-        .route("/jobs/{id}/attempts", get(jobs::attempts))
-        .route("/jobs/{id}/output", get(jobs::output))
-        .route("/jobs/{id}/cancel", post(jobs::cancel))
-        .route("/quote", post(jobs::quote))
-        .route("/budget/{day}", get(budget::show).put(budget::set_cap))
-        .route("/budget/{day}/halt", post(budget::halt))
-        .route("/budget/{day}/resume", post(budget::resume))
-        .route("/catalogue", get(jobs::catalogue))
-        .route("/openapi.json", get(openapi))
-        .route("/assets/{id}", get(assets::show))
-        .route("/assets/{id}/content", get(assets::content))
-        .route(
-            "/assets",
-            post(assets::upload).layer(DefaultBodyLimit::max(crate::assets::ASSET_BYTES_MAX)),
-        )
+    let (ops, v1, _) = parts();
+    let v1 = v1
         .fallback(error::not_found)
         .method_not_allowed_fallback(error::method_not_allowed)
         .layer(DefaultBodyLimit::max(JSON_BODY_BYTES_MAX));
-    Router::new()
-        .route("/healthz", get(ops::healthz))
-        .route("/readyz", get(ops::readyz))
-        .route("/metrics", get(metrics::metrics))
-        .nest("/v1", v1)
-        .with_state(state)
+    ops.nest("/v1", v1).with_state(state)
 }

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 /// `submitting` → `submitted` → `succeeded` | `failed`, and `submitting`
 /// may end directly (the call was refused, or nothing was sent).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum AttemptState {
     /// Written down; the request may be on its way (the uncertainty window).
@@ -73,6 +74,7 @@ impl AttemptEnd {
 /// Who priced an attempt. An attempt nobody could price has no source and
 /// no cost: it is *unpriced*, never zero.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum CostSource {
     /// The provider said what it charged.
@@ -101,6 +103,7 @@ impl CostSource {
 
 /// What a provider call was for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Purpose {
     /// The paid edit or video.

@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 
 /// What part of the photo to change.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum TargetKind {
     Pet,
@@ -52,6 +53,7 @@ impl TargetKind {
 
 /// How far the medium takes over the selection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Strength {
     Subtle,
@@ -199,6 +201,7 @@ pub fn style(id: &str) -> Option<&'static Style> {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(utoipa::ToSchema))]
 pub enum Resolution {
     #[serde(rename = "720p")]
     P720,
@@ -223,6 +226,7 @@ impl Resolution {
 
 /// A video model's rate card.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum VideoPrice {
     /// Per second of billable duration, by resolution.
@@ -232,6 +236,7 @@ pub enum VideoPrice {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(utoipa::ToSchema))]
 pub struct VideoModel {
     pub id: String,
     pub name: String,
@@ -249,6 +254,7 @@ impl VideoModel {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(utoipa::ToSchema))]
 pub struct EditModel {
     pub id: String,
     pub name: String,
@@ -306,3 +312,23 @@ impl Catalogue {
         self.video_models.iter().find(|m| m.id == id)
     }
 }
+
+/// The id of one of the fifteen media, as the OpenAPI document describes
+/// it: an enum built from `STYLES`, so the document cannot drift from them.
+#[cfg(feature = "server")]
+pub struct StyleId;
+
+#[cfg(feature = "server")]
+impl utoipa::PartialSchema for StyleId {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{ObjectBuilder, Type};
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .enum_values(Some(STYLES.iter().map(|s| s.id)))
+            .description(Some("One of the fifteen media of GET /v1/catalogue."))
+            .into()
+    }
+}
+
+#[cfg(feature = "server")]
+impl utoipa::ToSchema for StyleId {}

@@ -17,6 +17,7 @@ pub const WEBHOOK_URL_LEN_MAX: usize = 2048;
 
 /// A validated request. Field order here is the canonical order.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(utoipa::ToSchema))]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum JobRequest {
     ImageEdit(ImageEdit),
@@ -24,15 +25,18 @@ pub enum JobRequest {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(utoipa::ToSchema))]
 pub struct ImageEdit {
     pub source: AssetId,
     pub target: Target,
+    #[cfg_attr(feature = "server", schema(value_type = super::catalogue::StyleId))]
     pub style: String,
     pub strength: Strength,
     pub webhook_url: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(utoipa::ToSchema))]
 pub struct Target {
     pub kind: TargetKind,
     pub description: String,
@@ -40,6 +44,7 @@ pub struct Target {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(utoipa::ToSchema))]
 pub struct Video {
     pub prompt: String,
     pub model: String,
@@ -50,6 +55,7 @@ pub struct Video {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum JobKind {
     ImageEdit,
@@ -74,43 +80,83 @@ impl JobKind {
 }
 
 // ---- the raw shapes, exactly as API.md writes them ----
+//
+// `parse_request` reads a body into these, then validates every field with
+// a message naming it. They are also the request bodies the OpenAPI
+// document describes, with the constraints `parse_request` checks.
 
+/// `POST /v1/jobs` for an image edit.
 #[derive(Deserialize)]
+#[cfg_attr(feature = "server", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
-struct RawImageEdit {
+pub struct RawImageEdit {
     #[allow(dead_code)]
+    #[cfg_attr(feature = "server", schema(value_type = String, pattern = "^image_edit$", example = "image_edit"))]
     kind: String,
+    /// An asset id returned by `POST /v1/assets`.
+    #[cfg_attr(feature = "server", schema(value_type = AssetId))]
     source: String,
     target: RawTarget,
+    #[cfg_attr(feature = "server", schema(value_type = super::catalogue::StyleId))]
     style: String,
+    #[cfg_attr(feature = "server", schema(value_type = Strength))]
     strength: String,
     #[serde(default)]
+    #[cfg_attr(
+        feature = "server",
+        schema(pattern = "^(https?://[!-~]+)?$", max_length = 2048)
+    )]
     webhook_url: Option<String>,
 }
 
+/// What to change in the photo.
 #[derive(Deserialize)]
+#[cfg_attr(feature = "server", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
-struct RawTarget {
+pub struct RawTarget {
+    #[cfg_attr(feature = "server", schema(value_type = TargetKind))]
     kind: String,
     #[serde(default)]
+    #[cfg_attr(
+        feature = "server",
+        schema(max_length = 500, example = "the dog on the left")
+    )]
     description: Option<String>,
+    /// Required for `area`: an uploaded mask (painted pixels may change).
     #[serde(default)]
+    #[cfg_attr(feature = "server", schema(value_type = Option<AssetId>))]
     mask: Option<String>,
 }
 
+/// `POST /v1/jobs` for a video.
 #[derive(Deserialize)]
+#[cfg_attr(feature = "server", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
-struct RawVideo {
+pub struct RawVideo {
     #[allow(dead_code)]
+    #[cfg_attr(feature = "server", schema(value_type = String, pattern = "^video$", example = "video"))]
     kind: String,
+    #[cfg_attr(
+        feature = "server",
+        schema(min_length = 1, max_length = 1000, example = "a paper boat on a pond")
+    )]
     prompt: String,
+    /// A video model of `GET /v1/catalogue`; its default when absent.
     #[serde(default)]
     model: Option<String>,
+    /// A duration the model accepts (`GET /v1/catalogue`).
+    #[cfg_attr(feature = "server", schema(minimum = 1, maximum = 60, example = 5))]
     duration_s: u32,
+    #[cfg_attr(feature = "server", schema(value_type = Resolution))]
     resolution: String,
     #[serde(default)]
+    #[cfg_attr(feature = "server", schema(value_type = Option<AssetId>))]
     source: Option<String>,
     #[serde(default)]
+    #[cfg_attr(
+        feature = "server",
+        schema(pattern = "^(https?://[!-~]+)?$", max_length = 2048)
+    )]
     webhook_url: Option<String>,
 }
 
@@ -405,8 +451,10 @@ fn credits_for(catalogue: &Catalogue, usd: Usd) -> Credits {
     Credits(n.max(1))
 }
 
-/// Where a job is. Stored as TEXT with a CHECK naming exactly these.
+/// Where a job is.
+// Stored as TEXT with a CHECK naming exactly these.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum JobStatus {
     /// Paid for, waiting for a worker.

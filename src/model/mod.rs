@@ -15,6 +15,8 @@ mod progress;
 mod role;
 
 pub use attempt::{AttemptEnd, AttemptState, CostSource, Purpose};
+#[cfg(feature = "server")]
+pub use catalogue::StyleId;
 pub use catalogue::{
     style, Catalogue, EditModel, Resolution, Strength, Style, TargetKind, VideoModel, VideoPrice,
     STYLES,
@@ -23,8 +25,8 @@ pub use credits::{Credits, CreditsError};
 pub use email::{Email, EmailError};
 pub use ids::{ApiTokenId, AssetId, AttemptId, JobId, LedgerEntryId, ParkedId, UserId};
 pub use job::{
-    parse_request, quote, FieldErrors, ImageEdit, JobKind, JobRequest, JobStatus, Quote, Target,
-    Video,
+    parse_request, quote, FieldErrors, ImageEdit, JobKind, JobRequest, JobStatus, Quote,
+    RawImageEdit, RawTarget, RawVideo, Target, Video,
 };
 pub use ledger::{LedgerKind, UnknownLedgerKind};
 pub use money::{Usd, UsdError, USD_SCALE};

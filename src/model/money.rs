@@ -76,6 +76,25 @@ impl<'de> Deserialize<'de> for Usd {
     }
 }
 
+/// In the OpenAPI document: a string of dollars with exactly six decimals.
+#[cfg(feature = "server")]
+impl utoipa::PartialSchema for Usd {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{ObjectBuilder, Type};
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .pattern(Some(r"^[0-9]{1,6}\.[0-9]{6}$"))
+            .examples(["0.040000"])
+            .description(Some(
+                "US dollars as an exact decimal with six places (never a float).",
+            ))
+            .into()
+    }
+}
+
+#[cfg(feature = "server")]
+impl utoipa::ToSchema for Usd {}
+
 #[cfg(test)]
 mod tests {
     use super::*;

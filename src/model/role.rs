@@ -6,6 +6,7 @@ use std::fmt;
 /// What a person may do. Stored as TEXT with a CHECK constraint naming
 /// exactly these three values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
     /// Submits jobs, holds credits, manages their own tokens.

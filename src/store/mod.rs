@@ -42,6 +42,10 @@ pub enum StoreError {
     ImmutableLedger,
     #[error("a stored value is invalid: {0}")]
     Corrupt(String),
+    /// Text the database cannot store (a NUL character): the caller's
+    /// input, which validation should have caught first.
+    #[error("text with a character the database cannot store")]
+    UnstorableText,
     #[error("unsupported database URL {0:?}: expected sqlite://PATH or postgres://...")]
     UnsupportedUrl(String),
     #[error(transparent)]
@@ -63,6 +67,10 @@ impl From<sqlx::Error> for StoreError {
             }
             if msg.contains("immutable_ledger") {
                 return StoreError::ImmutableLedger;
+            }
+            // PostgreSQL: character_not_in_repertoire (a NUL in text).
+            if db.code().as_deref() == Some("22021") {
+                return StoreError::UnstorableText;
             }
         }
         if let sqlx::Error::RowNotFound = e {

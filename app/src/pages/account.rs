@@ -18,7 +18,7 @@ pub fn AccountPage() -> impl IntoView {
         <div class="grid-2">
             <section class="card">
                 <h2 class="card-title">"API tokens"</h2>
-                <p class="muted">"Send a token as " <code>"Authorization: Bearer tg_…"</code> " to call the " <code>"/v1"</code> " API as yourself."</p>
+                <p class="muted">"Send a token as " <code>"Authorization: Bearer tg_…"</code> " to call the " <code>"/v1"</code> " API as yourself. "<a href="/docs/api">"Read the API reference"</a>"."</p>
                 <form method="post" action="/account/tokens" class="form form-inline">
                     <div class="field grow">
                         <label for="field-token-name">"Token name"</label>

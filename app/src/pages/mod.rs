@@ -3,6 +3,7 @@
 
 mod account;
 mod admin_jobs;
+mod api_docs;
 mod auth;
 mod credits;
 mod edits;
@@ -12,6 +13,7 @@ mod users;
 
 pub use account::AccountPage;
 pub use admin_jobs::AdminJobsPage;
+pub use api_docs::ApiDocsPage;
 pub use auth::{LoginPage, SetupPage};
 pub use credits::CreditsPage;
 pub use edits::{EditDetailPage, EditsPage};

@@ -24,7 +24,7 @@ pub enum Access {
 pub fn page_access(path: &str) -> Access {
     match path {
         "/login" | "/setup" | "/logout" | "/forbidden" | "/healthz" | "/readyz"
-        | "/favicon.svg" => Access::Open,
+        | "/favicon.svg" | "/docs/api" => Access::Open,
         p if p == "/v1"
             || p.starts_with("/v1/")
             || p.starts_with("/api/")
