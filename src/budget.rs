@@ -4,17 +4,24 @@
 use crate::error::{Error, Result};
 use crate::model::Usd;
 use crate::model::UserId;
-use crate::store::{BudgetDay, Halt};
+use crate::store::{BudgetChange, BudgetChangeKind, BudgetChangeListed, BudgetDay};
 use crate::Tollgate;
 use chrono::{NaiveDate, Utc};
 
 /// Longest reason a halt may give.
 pub const HALT_REASON_LEN_MAX: usize = 500;
+/// Changes a history shows at most.
+const HISTORY_LEN_MAX: i64 = 200;
 
-/// A day as the API names it: YYYY-MM-DD.
-pub fn parse_day(raw: &str) -> Result<NaiveDate> {
+/// A day as the API names it: YYYY-MM-DD (`field` names it in an error).
+pub fn parse_day_field(field: &str, raw: &str) -> Result<NaiveDate> {
     NaiveDate::parse_from_str(raw, "%Y-%m-%d")
-        .map_err(|_| Error::invalid("day", "must be a date like 2026-11-30"))
+        .map_err(|_| Error::invalid(field, "must be a date like 2026-11-30"))
+}
+
+/// A path's `{day}`.
+pub fn parse_day(raw: &str) -> Result<NaiveDate> {
+    parse_day_field("day", raw)
 }
 
 impl Tollgate {
@@ -25,45 +32,90 @@ impl Tollgate {
             .await?)
     }
 
-    pub async fn set_daily_cap(&self, day: NaiveDate, cap: &str) -> Result<BudgetDay> {
-        let cap = Usd::parse(cap).map_err(|e| Error::invalid("cap_usd", e.to_string()))?;
-        Ok(self
-            .store()
-            .set_budget(day, self.config().daily_cap_usd, Some(cap), None)
-            .await?)
-    }
-
-    /// Halts (or resumes) a day, recording who did it and why: while
-    /// halted, no paid call is sent (no hold succeeds).
-    pub async fn set_halted(
+    /// Sets a day's cap, recording who set it.
+    pub async fn set_daily_cap(
         &self,
         day: NaiveDate,
-        halted: bool,
+        cap: &str,
+        by: Option<UserId>,
+    ) -> Result<BudgetDay> {
+        let cap = Usd::parse(cap).map_err(|e| Error::invalid("cap_usd", e.to_string()))?;
+        self.change_budget(day, BudgetChangeKind::Cap(cap), None, by)
+            .await
+    }
+
+    /// Halts a day: while halted no paid call is sent (no hold succeeds).
+    /// A halt says why; who and when are recorded with it.
+    pub async fn halt_day(
+        &self,
+        day: NaiveDate,
+        reason: &str,
+        by: Option<UserId>,
+    ) -> Result<BudgetDay> {
+        let reason = checked_reason(Some(reason))?
+            .ok_or_else(|| Error::invalid("reason", "say why spending is halted"))?;
+        self.change_budget(day, BudgetChangeKind::Halt, Some(reason), by)
+            .await
+    }
+
+    /// Lifts a day's halt (a reason is optional).
+    pub async fn resume_day(
+        &self,
+        day: NaiveDate,
         reason: Option<&str>,
         by: Option<UserId>,
     ) -> Result<BudgetDay> {
-        let reason = reason.map(str::trim).filter(|r| !r.is_empty());
-        if reason.is_some_and(|r| r.chars().any(char::is_control)) {
-            return Err(Error::invalid(
-                "reason",
-                "must not contain control characters",
-            ));
-        }
-        if reason.is_some_and(|r| r.chars().count() > HALT_REASON_LEN_MAX) {
-            return Err(Error::invalid(
-                "reason",
-                format!("at most {HALT_REASON_LEN_MAX} characters"),
-            ));
-        }
-        let halt = Halt {
-            halted,
-            reason: reason.map(str::to_string),
+        let reason = checked_reason(reason)?;
+        self.change_budget(day, BudgetChangeKind::Resume, reason, by)
+            .await
+    }
+
+    /// Who changed the breaker on the days from `from` to `to`, newest first.
+    pub async fn budget_history(
+        &self,
+        from: NaiveDate,
+        to: NaiveDate,
+    ) -> Result<Vec<BudgetChangeListed>> {
+        Ok(self
+            .store()
+            .budget_changes(from, to, HISTORY_LEN_MAX)
+            .await?)
+    }
+
+    async fn change_budget(
+        &self,
+        day: NaiveDate,
+        kind: BudgetChangeKind,
+        reason: Option<String>,
+        by: Option<UserId>,
+    ) -> Result<BudgetDay> {
+        let change = BudgetChange {
+            kind,
+            reason,
             by,
             at: Utc::now(),
         };
         Ok(self
             .store()
-            .set_budget(day, self.config().daily_cap_usd, None, Some(&halt))
+            .set_budget(day, self.config().daily_cap_usd, &change)
             .await?)
     }
+}
+
+/// A reason as stored: trimmed, `None` when blank, printable and bounded.
+fn checked_reason(reason: Option<&str>) -> Result<Option<String>> {
+    let reason = reason.map(str::trim).filter(|r| !r.is_empty());
+    if reason.is_some_and(|r| r.chars().any(char::is_control)) {
+        return Err(Error::invalid(
+            "reason",
+            "must not contain control characters",
+        ));
+    }
+    if reason.is_some_and(|r| r.chars().count() > HALT_REASON_LEN_MAX) {
+        return Err(Error::invalid(
+            "reason",
+            format!("at most {HALT_REASON_LEN_MAX} characters"),
+        ));
+    }
+    Ok(reason.map(str::to_string))
 }

@@ -54,6 +54,9 @@ pub struct Config {
     pub lease_s: i64,
     /// A day's spending cap unless an admin set one for that day.
     pub daily_cap_usd: crate::model::Usd,
+    /// Past this share of its cap (percent), a day shows a warning and
+    /// `/metrics` says so.
+    pub spend_warning_percent: u32,
     /// Where the built site (CSS, wasm, static files) is served from.
     pub site_root: PathBuf,
     /// The models that may be called, their prices and runner policies,
@@ -121,12 +124,17 @@ impl Config {
         if let Some(k) = file.keys().find(|k| {
             !matches!(
                 k.as_str(),
-                "models" | "local" | "workers" | "lease_seconds" | "daily_cap_usd"
+                "models"
+                    | "local"
+                    | "workers"
+                    | "lease_seconds"
+                    | "daily_cap_usd"
+                    | "spend_warning_percent"
             )
         }) {
             return Err(ConfigError::new(
                 "TOLLGATE_CONFIG",
-                format!("unknown setting {k:?}; known: models, local, workers, lease_seconds, daily_cap_usd"),
+                format!("unknown setting {k:?}; known: models, local, workers, lease_seconds, daily_cap_usd, spend_warning_percent"),
             ));
         }
         let models = crate::providers::config::parse(&file, &get)?;
@@ -142,6 +150,7 @@ impl Config {
                 "TOLLGATE_WORKERS" => from_file("workers"),
                 "TOLLGATE_LEASE_SECONDS" => from_file("lease_seconds"),
                 "TOLLGATE_DAILY_CAP_USD" => from_file("daily_cap_usd"),
+                "TOLLGATE_SPEND_WARNING_PERCENT" => from_file("spend_warning_percent"),
                 _ => None,
             })
         };
@@ -238,6 +247,20 @@ impl Config {
             })?,
         };
 
+        let spend_warning_percent = match non_empty("TOLLGATE_SPEND_WARNING_PERCENT") {
+            None => 80,
+            Some(v) => v
+                .parse::<u32>()
+                .ok()
+                .filter(|n| (1..=100).contains(n))
+                .ok_or_else(|| {
+                    ConfigError::new(
+                        "TOLLGATE_SPEND_WARNING_PERCENT",
+                        format!("{v:?} is not a number from 1 to 100"),
+                    )
+                })?,
+        };
+
         let site_root =
             PathBuf::from(non_empty("TOLLGATE_SITE_ROOT").unwrap_or_else(|| "target/site".into()));
 
@@ -255,6 +278,7 @@ impl Config {
             workers,
             lease_s,
             daily_cap_usd,
+            spend_warning_percent,
             site_root,
             models,
         })

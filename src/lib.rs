@@ -31,6 +31,8 @@ pub mod providers;
 #[cfg(feature = "server")]
 pub mod service;
 #[cfg(feature = "server")]
+pub mod spend;
+#[cfg(feature = "server")]
 pub mod storage;
 #[cfg(feature = "server")]
 pub mod store;

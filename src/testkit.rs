@@ -240,6 +240,51 @@ impl MockServer {
     }
 }
 
+/// Sends only the head of a request that declares a `length`-byte body,
+/// and reads the answer: what a server says to a body too large to read.
+/// (A client that writes the whole body races the server's early answer
+/// and its close; this cannot.) Returns the status and the JSON body.
+pub async fn declare_body(
+    url: &str,
+    method: &str,
+    headers: &[(&str, &str)],
+    length: usize,
+) -> (u16, serde_json::Value) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let rest = url.strip_prefix("http://").expect("an http:// URL");
+    let (host, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let mut head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nContent-Length: {length}\r\n"
+    );
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    let mut stream = tokio::net::TcpStream::connect(host)
+        .await
+        .expect("connecting to the server");
+    stream
+        .write_all(head.as_bytes())
+        .await
+        .expect("writing the head");
+    let mut answer = Vec::new();
+    tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        stream.read_to_end(&mut answer),
+    )
+    .await
+    .expect("the server answered without waiting for the body")
+    .expect("reading the answer");
+    let text = String::from_utf8_lossy(&answer);
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .expect("a status line");
+    let body = text.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
+    (status, serde_json::from_str(body).unwrap_or_default())
+}
+
 /// A test photo: sky above, lawn below, and a brown dog the local
 /// readiness check finds (`width` by `height`, as PNG).
 pub fn photo_of_a_dog(width: u32, height: u32) -> Vec<u8> {

@@ -426,18 +426,19 @@ async fn hostile_bodies_get_the_error_shape(db: TestDb) {
         .unwrap();
     assert_eq!(no_type.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
 
-    let huge = format!("{{\"amount\":1,\"reason\":\"{}\"}}", "x".repeat(200 * 1024));
-    // Its own client: the server closes a connection whose body it refused.
-    let too_big = reqwest::Client::new()
-        .post(&path)
-        .bearer_auth(&admin)
-        .header("content-type", "application/json")
-        .body(huge)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(too_big.status(), StatusCode::PAYLOAD_TOO_LARGE);
-    assert_error_shape(&too_big.json().await.unwrap(), "PAYLOAD_TOO_LARGE");
+    let bearer = format!("Bearer {admin}");
+    let (status, too_big) = tollgate::testkit::declare_body(
+        &path,
+        "POST",
+        &[
+            ("authorization", &bearer),
+            ("content-type", "application/json"),
+        ],
+        200 * 1024,
+    )
+    .await;
+    assert_eq!(status, 413);
+    assert_error_shape(&too_big, "PAYLOAD_TOO_LARGE");
 
     let bad_key = s
         .http

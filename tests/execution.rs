@@ -16,8 +16,8 @@ use tollgate::model::{
     Purpose as AttemptPurpose, Readiness, Role, Usd,
 };
 use tollgate::store::{
-    Applied, AttemptOutcome, Claim, Finish, Hold, NewAttempt, NewParked, Op, ParkedStage, Store,
-    Unit, User,
+    Applied, AttemptOutcome, BudgetChange, BudgetChangeKind, Claim, Finish, Hold, NewAttempt,
+    NewParked, Op, ParkedStage, Store, Unit, User,
 };
 use tollgate::testkit::TestDb;
 
@@ -492,13 +492,13 @@ async fn the_breaker_holds_the_cap_one_hold_per_attempt(db: TestDb) {
     let c = s.attempts(ids[2]).await.unwrap().remove(0);
     assert_eq!((c.cost_usd, c.settled_usd), (None, Some(usd("0.03"))));
     // Halted: nothing more, however small; who and why are kept.
-    let halt = tollgate::store::Halt {
-        halted: true,
+    let halt = BudgetChange {
+        kind: BudgetChangeKind::Halt,
         reason: Some("bill review".into()),
         by: None,
         at: Utc::now(),
     };
-    let d = s.set_budget(day, cap, None, Some(&halt)).await.unwrap();
+    let d = s.set_budget(day, cap, &halt).await.unwrap();
     assert_eq!(
         (d.halted, d.halted_reason.as_deref()),
         (true, Some("bill review"))
@@ -512,16 +512,18 @@ async fn the_breaker_holds_the_cap_one_hold_per_attempt(db: TestDb) {
     )
     .await;
     assert!(matches!(r, Applied::Refused));
-    let resume = tollgate::store::Halt {
-        halted: false,
+    let resume = BudgetChange {
+        kind: BudgetChangeKind::Resume,
         reason: None,
         by: None,
         at: Utc::now(),
     };
-    let d = s
-        .set_budget(day, cap, Some(usd("5.00")), Some(&resume))
-        .await
-        .unwrap();
+    s.set_budget(day, cap, &resume).await.unwrap();
+    let raise = BudgetChange {
+        kind: BudgetChangeKind::Cap(usd("5.00")),
+        ..resume
+    };
+    let d = s.set_budget(day, cap, &raise).await.unwrap();
     assert!(!d.halted);
     assert_eq!(d.cap_usd.to_string(), "5.000000");
     let r = apply(

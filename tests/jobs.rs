@@ -456,17 +456,20 @@ async fn bad_submissions_change_nothing(db: TestDb) {
         stolen.json::<Value>().await.unwrap()["error"]["details"]["fields"]["source"].is_string()
     );
 
-    let huge = json!({"kind": "video", "prompt": "x".repeat(100_000), "duration_s": 2, "resolution": "720p"});
-    // Its own client: the server closes a connection whose body it refused.
-    let r = reqwest::Client::new()
-        .post(a.url("/v1/jobs"))
-        .bearer_auth(&token)
-        .header("idempotency-key", "u5")
-        .json(&huge)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    let bearer = format!("Bearer {token}");
+    let (status, body) = tollgate::testkit::declare_body(
+        &a.url("/v1/jobs"),
+        "POST",
+        &[
+            ("authorization", &bearer),
+            ("idempotency-key", "u5"),
+            ("content-type", "application/json"),
+        ],
+        100_000,
+    )
+    .await;
+    assert_eq!(status, 413);
+    assert_eq!(body["error"]["code"], "PAYLOAD_TOO_LARGE");
 
     let malformed = a
         .http
@@ -707,17 +710,16 @@ async fn uploads_are_sniffed_bounded_and_private(db: TestDb) {
         r.json::<Value>().await.unwrap()["error"]["code"],
         "UNDECODABLE_IMAGE"
     );
-    // The server answers 413 without reading the rest and then closes the
-    // connection: send it on a client of its own, so the pool does not reuse it.
-    let r = reqwest::Client::new()
-        .post(a.url("/v1/assets"))
-        .bearer_auth(&token)
-        .header("content-type", "image/png")
-        .body(vec![0u8; 21 * 1024 * 1024])
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    let bearer = format!("Bearer {token}");
+    let (status, body) = tollgate::testkit::declare_body(
+        &a.url("/v1/assets"),
+        "POST",
+        &[("authorization", &bearer), ("content-type", "image/png")],
+        21 * 1024 * 1024,
+    )
+    .await;
+    assert_eq!(status, 413);
+    assert_eq!(body["error"]["code"], "PAYLOAD_TOO_LARGE");
 
     let id = asset["id"].as_str().unwrap();
     let own = a

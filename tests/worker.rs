@@ -11,7 +11,8 @@ use tollgate::model::{
     Purpose as AttemptPurpose, Readiness, Role, Usd, Verdict,
 };
 use tollgate::store::{
-    Applied, AttemptOutcome, Claim, Halt, Hold, Job, NewAttempt, Op, Purpose, Unit, User,
+    Applied, AttemptOutcome, BudgetChange, BudgetChangeKind, Claim, Hold, Job, NewAttempt, Op,
+    Purpose, Unit, User,
 };
 use tollgate::testkit::TestDb;
 
@@ -232,14 +233,14 @@ async fn not_ready_fails_with_questions_and_refunds(db: TestDb) {
 async fn a_halted_day_pauses_spending_and_refunds(db: TestDb) {
     let u = person(&db, 10).await;
     let today: NaiveDate = Utc::now().date_naive();
-    let halt = Halt {
-        halted: true,
+    let halt = BudgetChange {
+        kind: BudgetChangeKind::Halt,
         reason: Some("checking the bill".into()),
         by: Some(u.id),
         at: Utc::now(),
     };
     db.store()
-        .set_budget(today, Usd::parse("50").unwrap(), None, Some(&halt))
+        .set_budget(today, Usd::parse("50").unwrap(), &halt)
         .await
         .unwrap();
     let id = edit(&db, &u, "h1", json!({"kind": "pet"})).await;

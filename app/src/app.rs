@@ -42,6 +42,9 @@ pub fn App() -> impl IntoView {
                 <Route path=path!("/edits/:id") view=|| view! { <Layout><EditDetailPage /></Layout> } ssr=SsrMode::Async />
                 <Route path=path!("/credits") view=|| view! { <Layout><CreditsPage /></Layout> } ssr=SsrMode::Async />
                 <Route path=path!("/account") view=|| view! { <Layout><AccountPage /></Layout> } ssr=SsrMode::Async />
+                <Route path=path!("/admin") view=|| view! { <Layout><AdminOverviewPage /></Layout> } ssr=SsrMode::Async />
+                <Route path=path!("/admin/spend") view=|| view! { <Layout><SpendPage /></Layout> } ssr=SsrMode::Async />
+                <Route path=path!("/admin/budget") view=|| view! { <Layout><BudgetPage /></Layout> } ssr=SsrMode::Async />
                 <Route path=path!("/admin/jobs") view=|| view! { <Layout><AdminJobsPage /></Layout> } ssr=SsrMode::Async />
                 <Route path=path!("/admin/users") view=|| view! { <Layout><UsersPage /></Layout> } ssr=SsrMode::Async />
                 <Route path=path!("/docs/api") view=|| view! { <Layout><ApiDocsPage /></Layout> } ssr=SsrMode::Async />
@@ -99,6 +102,16 @@ const NAV: &[NavItem] = &[
         role: Role::User,
     },
     NavItem {
+        href: "/admin",
+        label: "Spend",
+        role: Role::Admin,
+    },
+    NavItem {
+        href: "/admin/budget",
+        label: "Budget",
+        role: Role::Admin,
+    },
+    NavItem {
         href: "/admin/jobs",
         label: "Jobs",
         role: Role::Admin,
@@ -110,6 +123,15 @@ const NAV: &[NavItem] = &[
     },
 ];
 
+/// Whether `href`'s item is the page at `path` (the spend overview owns
+/// `/admin` and `/admin/spend`, not every admin page).
+fn is_current(path: &str, href: &str) -> bool {
+    match href {
+        "/admin" => path == "/admin" || path == "/admin/spend",
+        _ => path == href || path.starts_with(&format!("{href}/")),
+    }
+}
+
 #[component]
 fn TopBar(me: Option<Me>) -> impl IntoView {
     let path = leptos_router::hooks::use_location()
@@ -120,8 +142,7 @@ fn TopBar(me: Option<Me>) -> impl IntoView {
         NAV.iter()
             .filter(move |item| role.allows(item.role))
             .map(|item| {
-                let current = (path == item.href || path.starts_with(&format!("{}/", item.href)))
-                    .then_some("page");
+                let current = is_current(&path, item.href).then_some("page");
                 view! { <a class="nav-link" href=item.href aria-current=current>{item.label}</a> }
             })
             .collect_view()

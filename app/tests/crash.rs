@@ -50,7 +50,8 @@ async fn serve_as(db: &TestDb, config: Option<&std::path::Path>, role: &str) -> 
         .env("TOLLGATE_LEASE_SECONDS", lease_s)
         .env("TOLLGATE_LOG", "warn")
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        // Kept beside the test's database, so a failure can be read.
+        .stderr(std::fs::File::create(db.dir.join(format!("{role}-{port}.log"))).unwrap())
         .spawn()
         .expect("starting tollgate serve");
     let http = reqwest::Client::new();
@@ -693,6 +694,13 @@ async fn two_worker_nodes_share_the_work_on_postgres() {
     for node in [&mut a, &mut b, &mut web] {
         node.kill().ok();
         node.wait().ok();
+    }
+    // What the nodes warned about, printed with any failure below.
+    for entry in std::fs::read_dir(&db.dir).unwrap().flatten() {
+        if entry.path().extension().is_some_and(|e| e == "log") {
+            let log = std::fs::read_to_string(entry.path()).unwrap_or_default();
+            eprintln!("{}:\n{log}", entry.path().display());
+        }
     }
     let mut workers = std::collections::HashSet::new();
     for id in &ids {

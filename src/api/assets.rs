@@ -17,7 +17,8 @@ use utoipa_axum::routes;
 
 pub fn router() -> OpenApiRouter<Tollgate> {
     OpenApiRouter::new()
-        .routes(routes!(upload_asset).layer(DefaultBodyLimit::max(ASSET_BYTES_MAX)))
+        // The handler reads the body itself, with its own bound.
+        .routes(routes!(upload_asset).layer(DefaultBodyLimit::disable()))
         .routes(routes!(get_asset))
         .routes(routes!(get_asset_content))
 }
@@ -50,13 +51,20 @@ async fn upload_asset(
     State(t): State<Tollgate>,
     who: Authorized<AnyUser>,
     headers: HeaderMap,
-    body: std::result::Result<Bytes, axum::extract::rejection::BytesRejection>,
+    body: axum::body::Body,
 ) -> Result<(StatusCode, Json<AssetObject>)> {
-    let bytes = body.map_err(|_| Error::BadRequest {
+    let too_large = || Error::BadRequest {
         status: 413,
         code: "PAYLOAD_TOO_LARGE",
         message: format!("uploads are at most {ASSET_BYTES_MAX} bytes"),
-    })?;
+    };
+    // Declared too large: refused before a byte of the body is read.
+    if super::declared_length(&headers) > Some(ASSET_BYTES_MAX) {
+        return Err(too_large());
+    }
+    let bytes: Bytes = axum::body::to_bytes(body, ASSET_BYTES_MAX)
+        .await
+        .map_err(|_| too_large())?;
     let declared = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok());

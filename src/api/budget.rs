@@ -4,7 +4,7 @@ use super::objects::{BudgetDayObject, ErrorBody};
 use super::ApiJson;
 use crate::auth::{AdminOnly, Authorized};
 use crate::budget::parse_day;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::Tollgate;
 use axum::extract::{Path, State};
 use axum::Json;
@@ -68,12 +68,13 @@ pub struct CapBody {
 )]
 async fn set_cap(
     State(t): State<Tollgate>,
-    _a: Authorized<AdminOnly>,
+    a: Authorized<AdminOnly>,
     Path(day): Path<String>,
     ApiJson(body): ApiJson<CapBody>,
 ) -> Result<Json<BudgetDayObject>> {
     Ok(Json(BudgetDayObject::from(
-        &t.set_daily_cap(parse_day(&day)?, &body.cap_usd).await?,
+        &t.set_daily_cap(parse_day(&day)?, &body.cap_usd, Some(a.user().id))
+            .await?,
     )))
 }
 
@@ -107,16 +108,8 @@ async fn halt_day(
     Path(day): Path<String>,
     ApiJson(body): ApiJson<HaltBody>,
 ) -> Result<Json<BudgetDayObject>> {
-    if body.reason.trim().is_empty() {
-        return Err(Error::invalid("reason", "say why spending is halted"));
-    }
     let d = t
-        .set_halted(
-            parse_day(&day)?,
-            true,
-            Some(&body.reason),
-            Some(a.user().id),
-        )
+        .halt_day(parse_day(&day)?, &body.reason, Some(a.user().id))
         .await?;
     Ok(Json(BudgetDayObject::from(&d)))
 }
@@ -139,7 +132,7 @@ async fn resume_day(
     Path(day): Path<String>,
 ) -> Result<Json<BudgetDayObject>> {
     let d = t
-        .set_halted(parse_day(&day)?, false, None, Some(a.user().id))
+        .resume_day(parse_day(&day)?, None, Some(a.user().id))
         .await?;
     Ok(Json(BudgetDayObject::from(&d)))
 }

@@ -17,6 +17,10 @@ where
     type Rejection = Error;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Error> {
+        // A body declared too large is refused before a byte of it is read.
+        if super::declared_length(req.headers()) > Some(super::JSON_BODY_BYTES_MAX) {
+            return Err(too_large());
+        }
         match Json::<T>::from_request(req, state).await {
             Ok(Json(v)) => Ok(ApiJson(v)),
             Err(rejection) => Err(match rejection {
@@ -31,16 +35,7 @@ where
                     code: "UNSUPPORTED_MEDIA_TYPE",
                     message: "send the body as JSON with Content-Type: application/json".into(),
                 },
-                JsonRejection::BytesRejection(e) if e.status().as_u16() == 413 => {
-                    Error::BadRequest {
-                        status: 413,
-                        code: "PAYLOAD_TOO_LARGE",
-                        message: format!(
-                            "the body is larger than {} bytes",
-                            super::JSON_BODY_BYTES_MAX
-                        ),
-                    }
-                }
+                JsonRejection::BytesRejection(e) if e.status().as_u16() == 413 => too_large(),
                 other => Error::BadRequest {
                     status: 400,
                     code: "BAD_REQUEST",
@@ -48,5 +43,16 @@ where
                 },
             }),
         }
+    }
+}
+
+fn too_large() -> Error {
+    Error::BadRequest {
+        status: 413,
+        code: "PAYLOAD_TOO_LARGE",
+        message: format!(
+            "the body is larger than {} bytes",
+            super::JSON_BODY_BYTES_MAX
+        ),
     }
 }

@@ -119,6 +119,45 @@ pub async fn metrics(State(t): State<Tollgate>) -> Response {
         conflicts,
     );
 
+    // Today's breaker: cap, what it booked and holds, and whether it is
+    // past the warning share or halted.
+    let today = chrono::Utc::now().date_naive();
+    if let Ok(report) = t.spend(today, today).await {
+        if let Some(d) = report.days.first() {
+            for (name, help, value) in [
+                (
+                    "budget_cap_microusd",
+                    "Today's spending cap, in millionths of a US dollar",
+                    micros(d.cap_usd),
+                ),
+                (
+                    "budget_used_microusd",
+                    "What today's breaker booked, in millionths of a US dollar",
+                    micros(d.used_usd),
+                ),
+                (
+                    "spend_warning",
+                    "1 when today's used and reserved spend is past the warning share of its cap",
+                    i64::from(d.warning),
+                ),
+                (
+                    "budget_halted",
+                    "1 when today is halted: no paid call is sent",
+                    i64::from(d.halted),
+                ),
+                (
+                    "unpriced_attempts_today",
+                    "Finished attempts today nobody could price",
+                    d.tally.unpriced,
+                ),
+            ] {
+                let g: Gauge = Gauge::default();
+                g.set(value);
+                registry.register(name, help, g);
+            }
+        }
+    }
+
     // What the work costs the database: commits (and the statements they
     // carried) by this node since it started, by purpose.
     let commits = Family::<Labels, Counter>::default();

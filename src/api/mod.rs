@@ -11,6 +11,7 @@ mod me;
 mod metrics;
 pub mod objects;
 mod ops;
+mod spend;
 mod users;
 
 pub use error::error_body;
@@ -124,7 +125,18 @@ fn v1() -> OpenApiRouter<Tollgate> {
         .merge(me::router())
         .merge(users::router())
         .merge(budget::router())
+        .merge(spend::router())
         .routes(routes!(openapi_json))
+}
+
+/// The body length a request declares, if it declares one.
+fn declared_length(headers: &axum::http::HeaderMap) -> Option<usize> {
+    headers
+        .get(axum::http::header::CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .parse()
+        .ok()
 }
 
 /// The routers and the document they make together.

@@ -391,6 +391,9 @@ pub struct BudgetDayObject {
     pub reserved_usd: Usd,
     pub halted: bool,
     pub halted_reason: Option<String>,
+    /// The admin who last halted or resumed the day.
+    #[schema(value_type = Option<String>, format = Uuid)]
+    pub halted_by: Option<UserId>,
     #[serde(serialize_with = "millis_opt")]
     #[schema(value_type = Option<String>, format = DateTime)]
     pub halted_at: Option<DateTime<Utc>>,
@@ -405,6 +408,7 @@ impl From<&BudgetDay> for BudgetDayObject {
             reserved_usd: d.reserved_usd,
             halted: d.halted,
             halted_reason: d.halted_reason.clone(),
+            halted_by: d.halted_by,
             halted_at: d.halted_at,
         }
     }

@@ -48,10 +48,50 @@ impl Usd {
         Usd(Decimal::new(micros, USD_SCALE))
     }
 
+    /// The amount as people read it: "$12.40", "$0.0235". Exact, with at
+    /// least two decimals; a small amount is never rounded to "$0.00".
+    pub fn dollars(self) -> String {
+        let d = self.0.normalize();
+        if d.scale() < 2 {
+            let mut d = d;
+            d.rescale(2);
+            format!("${d}")
+        } else {
+            format!("${d}")
+        }
+    }
+
+    /// This amount as a whole percentage of `whole`, rounded down (0 when
+    /// `whole` is zero): for bars and warnings, never for money.
+    pub fn percent_of(self, whole: Usd) -> u32 {
+        if whole.0.is_zero() {
+            return 0;
+        }
+        (self.0 * Decimal::from(100) / whole.0)
+            .floor()
+            .to_u32()
+            .unwrap_or(u32::MAX)
+    }
+
     /// The amount in whole millionths of a dollar: exact, because amounts
     /// keep six places. `None` only past what an i64 holds.
     pub fn micros(self) -> Option<i64> {
         (self.0 * Decimal::from(1_000_000)).trunc().to_i64()
+    }
+}
+
+#[cfg(test)]
+mod dollars_tests {
+    use super::*;
+
+    #[test]
+    fn people_read_exact_dollars() {
+        let d = |s: &str| Usd::parse(s).unwrap().dollars();
+        assert_eq!(d("12.4"), "$12.40");
+        assert_eq!(d("0"), "$0.00");
+        assert_eq!(d("0.0235"), "$0.0235");
+        assert_eq!(d("0.000001"), "$0.000001");
+        assert_eq!(d("50.000000"), "$50.00");
     }
 }
 

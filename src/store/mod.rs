@@ -14,10 +14,11 @@ mod sqlite;
 
 pub use postgres::PgDoorbell;
 pub use records::{
-    ApiToken, Applied, Asset, Attempt, AttemptOutcome, BudgetDay, Claim, Finish, Halt, Hold, Job,
-    JobCursor, JobEvent, JobFilter, LedgerEntry, MetricsSnapshot, NewApiToken, NewAsset,
-    NewAttempt, NewJob, NewLedgerEntry, NewParked, NewUser, Op, Parked, ParkedStage, Purpose,
-    Submitted, Unit, User,
+    ApiToken, Applied, Asset, Attempt, AttemptFilter, AttemptListed, AttemptOutcome, BudgetChange,
+    BudgetChangeKind, BudgetChangeListed, BudgetDay, Claim, Exposure, Finish, Hold, Job, JobCursor,
+    JobEvent, JobFilter, LedgerEntry, MetricsSnapshot, NewApiToken, NewAsset, NewAttempt, NewJob,
+    NewLedgerEntry, NewParked, NewUser, Op, Parked, ParkedStage, Purpose, SpendRow, Submitted,
+    Unit, User,
 };
 pub use sessions::SessionBackend;
 
@@ -55,6 +56,21 @@ pub enum StoreError {
 }
 
 pub type StoreResult<T> = Result<T, StoreError>;
+
+impl StoreError {
+    /// A failure that says nothing about the statements, only about their
+    /// timing (PostgreSQL's deadlock_detected and serialization_failure; a
+    /// busy SQLite): the same transaction again may well succeed.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            StoreError::Database(sqlx::Error::Database(db)) => matches!(
+                db.code().as_deref(),
+                Some("40P01") | Some("40001") | Some("5") | Some("517")
+            ),
+            _ => false,
+        }
+    }
+}
 
 impl From<sqlx::Error> for StoreError {
     /// Gives trigger and constraint failures their meaning, once, for both
@@ -462,15 +478,54 @@ impl Store {
         dispatch!(self, s => s.budget_day(day, default_cap).await)
     }
 
-    /// Sets a day's cap, and halts or resumes it, recording who and why.
+    /// Sets a day's cap, or halts or resumes it, and records who did it,
+    /// when and why in the day's history: both, or neither.
     pub async fn set_budget(
         &self,
         day: NaiveDate,
         default_cap: Usd,
-        cap: Option<Usd>,
-        halt: Option<&Halt>,
+        change: &BudgetChange,
     ) -> StoreResult<BudgetDay> {
-        dispatch!(self, s => s.set_budget(day, default_cap, cap, halt).await)
+        dispatch!(self, s => s.set_budget(day, default_cap, change).await)
+    }
+
+    /// The breaker's changes on the days from `from` to `to`, newest first.
+    pub async fn budget_changes(
+        &self,
+        from: NaiveDate,
+        to: NaiveDate,
+        limit: i64,
+    ) -> StoreResult<Vec<BudgetChangeListed>> {
+        dispatch!(self, s => s.budget_changes(from, to, limit).await)
+    }
+
+    /// The spend rollup's rows of the days from `from` to `to`.
+    pub async fn spend_rows(&self, from: NaiveDate, to: NaiveDate) -> StoreResult<Vec<SpendRow>> {
+        dispatch!(self, s => s.spend_rows(from, to).await)
+    }
+
+    /// The same, summed straight from the attempts (what the rollup equals).
+    pub async fn spend_rows_raw(
+        &self,
+        from: NaiveDate,
+        to: NaiveDate,
+    ) -> StoreResult<Vec<SpendRow>> {
+        dispatch!(self, s => s.spend_rows_raw(from, to).await)
+    }
+
+    /// The budget rows of the days in a range that have one.
+    pub async fn budget_days(&self, from: NaiveDate, to: NaiveDate) -> StoreResult<Vec<BudgetDay>> {
+        dispatch!(self, s => s.budget_days(from, to).await)
+    }
+
+    /// Attempts by day, filtered, a page at a time.
+    pub async fn list_attempts(&self, filter: &AttemptFilter) -> StoreResult<Vec<AttemptListed>> {
+        dispatch!(self, s => s.list_attempts(filter).await)
+    }
+
+    /// What may have been spent without a price, right now.
+    pub async fn exposure(&self) -> StoreResult<Exposure> {
+        dispatch!(self, s => s.exposure().await)
     }
 
     pub async fn metrics_snapshot(&self) -> StoreResult<MetricsSnapshot> {

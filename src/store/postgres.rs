@@ -27,6 +27,13 @@ macro_rules! now_plus_seconds {
 
 /// A row lock taken by a check, so the row cannot change before the
 /// transaction that checked it commits.
+/// The day an attempt's spend counts on (as the rollup's triggers say).
+macro_rules! spend_day {
+    () => {
+        "COALESCE(budget_day, (started_at AT TIME ZONE 'UTC')::date)"
+    };
+}
+
 macro_rules! for_update {
     () => {
         "FOR UPDATE"

@@ -353,13 +353,40 @@ pub struct BudgetDay {
     pub halted_at: Option<DateTime<Utc>>,
 }
 
-/// A halt (or its lifting) with who did it and why.
+/// One change to a day's breaker, with who made it, when and why.
 #[derive(Clone, Debug)]
-pub struct Halt {
-    pub halted: bool,
+pub struct BudgetChange {
+    pub kind: BudgetChangeKind,
     pub reason: Option<String>,
     pub by: Option<UserId>,
     pub at: DateTime<Utc>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BudgetChangeKind {
+    /// The day's cap was set to this.
+    Cap(Usd),
+    /// No paid call is sent on the day until it is resumed.
+    Halt,
+    Resume,
+}
+
+impl BudgetChangeKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BudgetChangeKind::Cap(_) => "cap",
+            BudgetChangeKind::Halt => "halt",
+            BudgetChangeKind::Resume => "resume",
+        }
+    }
+}
+
+/// A day's change as the budget page lists it.
+#[derive(Clone, Debug)]
+pub struct BudgetChangeListed {
+    pub day: chrono::NaiveDate,
+    pub change: BudgetChange,
+    pub by_email: Option<Email>,
 }
 
 /// Counts for /metrics, read at scrape time. Sums are exact; only the
@@ -437,4 +464,59 @@ pub struct Parked {
     /// Budget its attempts still hold (None when they hold nothing).
     pub hold_usd: Option<Usd>,
     pub created_at: DateTime<Utc>,
+}
+
+/// One row of the spend rollup: what the attempts of a day, provider, model
+/// and error class came to. Unpriced attempts are counted apart, never as 0.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SpendRow {
+    pub day: chrono::NaiveDate,
+    pub provider: String,
+    pub model: String,
+    /// `None` for attempts without an error class.
+    pub error_class: Option<String>,
+    pub attempts: i64,
+    /// The sum of known costs only.
+    pub priced_usd: Usd,
+    /// Attempts with a known cost.
+    pub priced: i64,
+    /// Finished attempts nobody could price.
+    pub unpriced: i64,
+}
+
+/// Which attempts a spend list shows.
+#[derive(Clone, Debug, Default)]
+pub struct AttemptFilter {
+    pub from: Option<chrono::NaiveDate>,
+    pub to: Option<chrono::NaiveDate>,
+    /// Only finished attempts nobody could price.
+    pub unpriced_only: bool,
+    pub model: Option<String>,
+    pub error_class: Option<String>,
+    pub state: Option<AttemptState>,
+    /// Only attempts still holding budget.
+    pub holding_only: bool,
+    /// Where a page starts: after this (day, started_at, id).
+    pub after: Option<(chrono::NaiveDate, DateTime<Utc>, AttemptId)>,
+    pub limit: i64,
+}
+
+/// An attempt with whose it was and where its job stands.
+#[derive(Clone, Debug)]
+pub struct AttemptListed {
+    pub attempt: Attempt,
+    pub user_email: Email,
+    pub job_status: JobStatus,
+    /// The job is running and its lease has run out: its run died.
+    pub lease_expired: bool,
+}
+
+/// What may have been spent without a price, right now: holds kept by
+/// parked jobs, and attempts still `submitting` (the uncertainty window).
+#[derive(Clone, Debug, Default)]
+pub struct Exposure {
+    pub parked_holds: i64,
+    pub parked_hold_usd: Usd,
+    pub submitting: i64,
+    pub submitting_hold_usd: Usd,
 }

@@ -33,6 +33,13 @@ macro_rules! now_plus_seconds {
 }
 
 /// Row locks: the single writer connection already serialises writes.
+/// The day an attempt's spend counts on (as the rollup's triggers say).
+macro_rules! spend_day {
+    () => {
+        "COALESCE(budget_day, substr(started_at, 1, 10))"
+    };
+}
+
 macro_rules! for_update {
     () => {
         ""

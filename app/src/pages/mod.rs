@@ -3,6 +3,7 @@
 
 mod account;
 mod admin_jobs;
+mod admin_money;
 mod api_docs;
 mod auth;
 mod credits;
@@ -13,6 +14,7 @@ mod users;
 
 pub use account::AccountPage;
 pub use admin_jobs::AdminJobsPage;
+pub use admin_money::{AdminOverviewPage, BudgetPage, SpendPage};
 pub use api_docs::ApiDocsPage;
 pub use auth::{LoginPage, SetupPage};
 pub use credits::CreditsPage;

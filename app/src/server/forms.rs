@@ -29,6 +29,9 @@ pub fn router(tollgate: Tollgate) -> Router {
         .route("/admin/users/{id}/role", post(set_role))
         .route("/admin/users/{id}/disabled", post(set_disabled))
         .route("/admin/users/{id}/grants", post(grant))
+        .route("/admin/budget/cap", post(set_cap))
+        .route("/admin/budget/halt", post(halt_day))
+        .route("/admin/budget/resume", post(resume_day))
         .with_state(tollgate)
 }
 
@@ -454,5 +457,104 @@ async fn cancel_edit(
             Redirect::to(&back)
         }
         Err(e) => report(&session, e, "/edits").await,
+    }
+}
+
+#[derive(Deserialize)]
+pub struct BudgetForm {
+    day: String,
+    #[serde(default)]
+    cap_usd: String,
+    #[serde(default)]
+    reason: String,
+    /// The page the form was on: the overview or the budget page.
+    #[serde(default)]
+    back: String,
+}
+
+/// Where a budget form returns: only the two pages that post one.
+fn budget_back(form: &Result<Form<BudgetForm>, FormRejection>) -> &'static str {
+    match form {
+        Ok(Form(f)) if f.back == "/admin" => "/admin",
+        _ => "/admin/budget",
+    }
+}
+
+async fn set_cap(
+    State(t): State<Tollgate>,
+    admin: Authorized<AdminOnly>,
+    session: Session,
+    form: Result<Form<BudgetForm>, FormRejection>,
+) -> Redirect {
+    let back = budget_back(&form);
+    let result = async {
+        let Form(f) = form.map_err(unreadable)?;
+        let day = tollgate::budget::parse_day(&f.day)?;
+        t.set_daily_cap(day, &f.cap_usd, Some(admin.user().id))
+            .await
+    }
+    .await;
+    match result {
+        Ok(d) => {
+            flash::ok(
+                &session,
+                format!("The cap for {} is now {}.", d.day, d.cap_usd.dollars()),
+            )
+            .await;
+            Redirect::to(back)
+        }
+        Err(e) => report(&session, e, back).await,
+    }
+}
+
+async fn halt_day(
+    State(t): State<Tollgate>,
+    admin: Authorized<AdminOnly>,
+    session: Session,
+    form: Result<Form<BudgetForm>, FormRejection>,
+) -> Redirect {
+    let back = budget_back(&form);
+    let result = async {
+        let Form(f) = form.map_err(unreadable)?;
+        let day = tollgate::budget::parse_day(&f.day)?;
+        t.halt_day(day, &f.reason, Some(admin.user().id)).await
+    }
+    .await;
+    match result {
+        Ok(d) => {
+            flash::ok(
+                &session,
+                format!(
+                    "Spending is halted for {}: no paid call is sent until it is resumed.",
+                    d.day
+                ),
+            )
+            .await;
+            Redirect::to(back)
+        }
+        Err(e) => report(&session, e, back).await,
+    }
+}
+
+async fn resume_day(
+    State(t): State<Tollgate>,
+    admin: Authorized<AdminOnly>,
+    session: Session,
+    form: Result<Form<BudgetForm>, FormRejection>,
+) -> Redirect {
+    let back = budget_back(&form);
+    let result = async {
+        let Form(f) = form.map_err(unreadable)?;
+        let day = tollgate::budget::parse_day(&f.day)?;
+        t.resume_day(day, Some(&f.reason), Some(admin.user().id))
+            .await
+    }
+    .await;
+    match result {
+        Ok(d) => {
+            flash::ok(&session, format!("Spending on {} is resumed.", d.day)).await;
+            Redirect::to(back)
+        }
+        Err(e) => report(&session, e, back).await,
     }
 }

@@ -10,6 +10,7 @@ mod accounts;
 mod claims;
 mod jobs;
 mod reads;
+mod spend;
 mod units;
 
 use super::{Backend, Db};

@@ -65,8 +65,7 @@ impl Backend {
         &self,
         day: NaiveDate,
         default_cap: crate::model::Usd,
-        cap: Option<crate::model::Usd>,
-        halt: Option<&Halt>,
+        change: &BudgetChange,
     ) -> StoreResult<BudgetDay> {
         let mut tx = self.writer.begin().await?;
         sqlx::query(
@@ -76,6 +75,11 @@ impl Backend {
         .bind(default_cap)
         .execute(&mut *tx)
         .await?;
+        let (cap, halted) = match change.kind {
+            BudgetChangeKind::Cap(cap) => (Some(cap), None),
+            BudgetChangeKind::Halt => (None, Some(true)),
+            BudgetChangeKind::Resume => (None, Some(false)),
+        };
         if let Some(cap) = cap {
             sqlx::query("UPDATE budget_days SET cap_usd = $1 WHERE day = $2")
                 .bind(cap)
@@ -83,24 +87,80 @@ impl Backend {
                 .execute(&mut *tx)
                 .await?;
         }
-        if let Some(h) = halt {
+        if let Some(halted) = halted {
             sqlx::query(
                 "UPDATE budget_days SET halted = $1, halted_reason = $2, halted_by = $3, halted_at = $4 \
                  WHERE day = $5",
             )
-            .bind(h.halted)
-            .bind(&h.reason)
-            .bind(h.by.map(|u| u.0))
-            .bind(h.at)
+            .bind(halted)
+            .bind(&change.reason)
+            .bind(change.by.map(|u| u.0))
+            .bind(change.at)
             .bind(day)
             .execute(&mut *tx)
             .await?;
         }
+        sqlx::query(
+            "INSERT INTO budget_changes (day, change, cap_usd, reason, by_user, at) \
+             VALUES ($1, $2, $3, $4, $5, $6)",
+        )
+        .bind(day)
+        .bind(change.kind.as_str())
+        .bind(cap)
+        .bind(&change.reason)
+        .bind(change.by.map(|u| u.0))
+        .bind(change.at)
+        .execute(&mut *tx)
+        .await?;
         let sql = format!("SELECT {DAY_COLUMNS} FROM budget_days WHERE day = $1");
         let row = sqlx::query(&sql).bind(day).fetch_one(&mut *tx).await?;
         tx.commit().await?;
-        self.committed(Purpose::Other, 4);
+        self.committed(Purpose::Other, 5);
         day_from_row(&row)
+    }
+
+    pub async fn budget_changes(
+        &self,
+        from: NaiveDate,
+        to: NaiveDate,
+        limit: i64,
+    ) -> StoreResult<Vec<BudgetChangeListed>> {
+        let rows = sqlx::query(
+            "SELECT c.day, c.change, c.cap_usd, c.reason, c.by_user, c.at, u.email \
+             FROM budget_changes c LEFT JOIN users u ON u.id = c.by_user \
+             WHERE c.day >= $1 AND c.day <= $2 ORDER BY c.id DESC LIMIT $3",
+        )
+        .bind(from)
+        .bind(to)
+        .bind(limit)
+        .fetch_all(&self.reader)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                let change: String = r.try_get("change")?;
+                let kind = match change.as_str() {
+                    "cap" => BudgetChangeKind::Cap(
+                        r.try_get::<Option<crate::model::Usd>, _>("cap_usd")?
+                            .ok_or_else(|| corrupt("a cap change without a cap"))?,
+                    ),
+                    "halt" => BudgetChangeKind::Halt,
+                    "resume" => BudgetChangeKind::Resume,
+                    other => return Err(corrupt(other)),
+                };
+                Ok(BudgetChangeListed {
+                    day: r.try_get("day")?,
+                    change: BudgetChange {
+                        kind,
+                        reason: r.try_get("reason")?,
+                        by: r.try_get::<Option<uuid::Uuid>, _>("by_user")?.map(UserId),
+                        at: r.try_get("at")?,
+                    },
+                    by_email: r
+                        .try_get::<Option<String>, _>("email")?
+                        .map(Email::from_stored),
+                })
+            })
+            .collect()
     }
 
     /// Open parked records, newest first, optionally of one stage.

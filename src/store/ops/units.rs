@@ -8,6 +8,10 @@
 use super::*;
 use chrono::Utc;
 
+/// How often a batch that met a deadlock or serialization failure is
+/// applied again before its units are applied one by one.
+const TRANSIENT_RETRIES_MAX: u32 = 3;
+
 /// How many explicit events go in one statement (four parameters each).
 const EVENTS_PER_STATEMENT: usize = 200;
 
@@ -40,10 +44,21 @@ impl Backend {
     /// error is that unit's alone.
     pub async fn apply(&self, units: &[Unit]) -> Vec<StoreResult<Applied>> {
         let mut skip = vec![false; units.len()];
+        let mut transient_left = TRANSIENT_RETRIES_MAX;
         loop {
             match self.apply_batch(units, &skip).await {
                 Ok(Batch::Committed(applied)) => return applied.into_iter().map(Ok).collect(),
                 Ok(Batch::Redo(i)) => skip[i] = true,
+                // A deadlock or serialization failure rolled everything back:
+                // the same batch again is the cure, not splitting it up.
+                Err(e) if e.is_transient() && transient_left > 0 => {
+                    transient_left -= 1;
+                    tracing::debug!(error = %e, "a group commit met a transient failure; applying it again");
+                    tokio::time::sleep(std::time::Duration::from_millis(
+                        rand::random::<u64>() % 20 + 1,
+                    ))
+                    .await;
+                }
                 Err(e) if units.len() == 1 => return vec![Err(e)],
                 Err(e) => {
                     tracing::debug!(error = %e, units = units.len(), "a group commit failed; applying its units one by one");

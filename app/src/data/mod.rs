@@ -2,6 +2,10 @@
 //! function checks the caller's role through the engine's one guard and
 //! calls the engine; there is no SQL here.
 
+mod spend;
+
+pub use spend::*;
+
 use leptos::prelude::*;
 use serde::{Deserialize, Serialize};
 use tollgate::model::{LedgerKind, Role};

@@ -1,0 +1,489 @@
+//! What the admin money pages show: today at a glance with a 30-day chart,
+//! spend over a range with the attempts behind it, and the breaker's days,
+//! history and holds. Amounts arrive as words people read ("$12.40 + 3
+//! unpriced"); an unknown cost is never turned into a zero on the way.
+
+use leptos::prelude::*;
+use serde::{Deserialize, Serialize};
+#[cfg(feature = "ssr")]
+use tollgate::model::Role;
+
+/// Height of the chart's plot area, in SVG units.
+pub const CHART_HEIGHT: u32 = 160;
+
+/// One UTC day of the breaker, with what it spent.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct DayRow {
+    pub day: String,
+    pub cap: String,
+    pub used: String,
+    pub reserved: String,
+    /// What the cap still allows (never below zero).
+    pub remaining: String,
+    /// Used plus held, as a whole percentage of the cap (0 when no cap).
+    pub percent: u32,
+    pub halted: bool,
+    pub halted_reason: Option<String>,
+    pub halted_by: Option<String>,
+    pub halted_at: Option<String>,
+    /// Past the configured warning share of the cap.
+    pub warning: bool,
+    /// "$12.40 + 3 unpriced".
+    pub spend: String,
+    pub attempts: i64,
+    pub unpriced: i64,
+}
+
+/// One bar of the 30-day chart, measured on the server.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct ChartBar {
+    pub day: String,
+    /// "3" for the third of the month; "Nov 3" on the first and every week.
+    pub label: String,
+    pub spend: String,
+    /// The priced bar's height (0 to CHART_HEIGHT).
+    pub height: u32,
+    pub unpriced: i64,
+    pub halted: bool,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Overview {
+    pub today: DayRow,
+    pub warning_percent: u32,
+    /// Holds kept by parked jobs (the calls may have been paid).
+    pub parked_holds: i64,
+    pub parked_hold: String,
+    /// Attempts still in the uncertainty window.
+    pub submitting: i64,
+    pub submitting_hold: String,
+    pub bars: Vec<ChartBar>,
+    /// The tallest bar's amount (the chart's scale).
+    pub chart_max: String,
+    /// The 30 days' total, "$312.40 + 12 unpriced".
+    pub month: String,
+    pub month_unpriced: i64,
+    pub from: String,
+    pub to: String,
+}
+
+/// A slice of spend: a provider and model, or an error class.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct TallyRow {
+    pub label: String,
+    /// The filter value this row stands for (model id or error class).
+    pub key: String,
+    pub attempts: i64,
+    pub spend: String,
+    pub unpriced: i64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct SpendAttemptRow {
+    pub id: String,
+    pub job_id: String,
+    pub started: String,
+    pub user: String,
+    pub provider: String,
+    pub model: String,
+    pub attempt_no: i32,
+    pub state: String,
+    pub error_class: Option<String>,
+    /// None is unpriced (or not finished): shown as such, never as $0.
+    pub cost: Option<String>,
+    pub cost_source: Option<String>,
+    pub hold: Option<String>,
+    pub settled: Option<String>,
+}
+
+/// What the spend page asks for, as its URL carries it.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct SpendFilters {
+    pub from: Option<String>,
+    pub to: Option<String>,
+    pub unpriced: bool,
+    pub model: Option<String>,
+    pub class: Option<String>,
+    pub state: Option<String>,
+    pub cursor: Option<String>,
+}
+
+impl SpendFilters {
+    /// The query string of these filters (without the cursor).
+    pub fn query(&self) -> String {
+        let mut parts = Vec::new();
+        let mut add = |k: &str, v: &Option<String>| {
+            if let Some(v) = v.as_deref().filter(|v| !v.is_empty()) {
+                parts.push(format!("{k}={}", urlencoding::encode(v)));
+            }
+        };
+        add("from", &self.from);
+        add("to", &self.to);
+        add("model", &self.model);
+        add("class", &self.class);
+        add("state", &self.state);
+        if self.unpriced {
+            parts.push("unpriced=1".into());
+        }
+        parts.join("&")
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct SpendView {
+    pub from: String,
+    pub to: String,
+    pub days: Vec<DayRow>,
+    pub models: Vec<TallyRow>,
+    pub classes: Vec<TallyRow>,
+    pub total: String,
+    pub total_attempts: i64,
+    pub total_unpriced: i64,
+    pub attempts: Vec<SpendAttemptRow>,
+    pub next_cursor: Option<String>,
+    pub csv_href: String,
+}
+
+/// One change to a day's breaker, for the budget page's history.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct ChangeRow {
+    pub day: String,
+    pub what: String,
+    pub reason: Option<String>,
+    pub by: String,
+    pub when: String,
+}
+
+/// A hold not yet settled, and why it stands.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct HoldRow {
+    pub job_id: String,
+    pub day: String,
+    pub user: String,
+    pub model: String,
+    pub attempt_no: i32,
+    pub state: String,
+    pub hold: String,
+    pub started: String,
+    /// "in flight", "parked", "left by a dead worker".
+    pub standing: String,
+    /// How it will be settled.
+    pub settlement: String,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct BudgetView {
+    pub today: String,
+    pub default_cap: String,
+    pub warning_percent: u32,
+    pub days: Vec<DayRow>,
+    pub history: Vec<ChangeRow>,
+    pub holds: Vec<HoldRow>,
+    pub held_total: String,
+    pub dead_holds: i64,
+    /// What the shown days settled (booked) in all.
+    pub settled_total: String,
+}
+
+#[cfg(feature = "ssr")]
+mod convert {
+    use super::*;
+    use std::collections::HashMap;
+    use tollgate::model::{JobStatus, Usd, UserId};
+    use tollgate::spend::SpendDay;
+    use tollgate::store::AttemptListed;
+
+    pub fn day_row(d: &SpendDay, emails: &HashMap<UserId, String>) -> DayRow {
+        let booked = d.used_usd.plus(d.reserved_usd);
+        let remaining = if booked >= d.cap_usd {
+            Usd::ZERO
+        } else {
+            Usd::new(d.cap_usd.decimal() - booked.decimal())
+        };
+        DayRow {
+            day: d.day.to_string(),
+            cap: d.cap_usd.dollars(),
+            used: d.used_usd.dollars(),
+            reserved: d.reserved_usd.dollars(),
+            remaining: remaining.dollars(),
+            percent: booked.percent_of(d.cap_usd),
+            halted: d.halted,
+            halted_reason: d.halted_reason.clone(),
+            halted_by: d.halted_by.and_then(|u| emails.get(&u).cloned()),
+            halted_at: d.halted_at.map(super::super::ssr::when),
+            warning: d.warning,
+            spend: d.tally.words(),
+            attempts: d.tally.attempts,
+            unpriced: d.tally.unpriced,
+        }
+    }
+
+    pub fn attempt_row(a: &AttemptListed) -> SpendAttemptRow {
+        let at = &a.attempt;
+        SpendAttemptRow {
+            id: at.id.to_string(),
+            job_id: at.job_id.to_string(),
+            started: super::super::ssr::when(at.started_at),
+            user: a.user_email.to_string(),
+            provider: at.provider.clone(),
+            model: at.model.clone(),
+            attempt_no: at.attempt_no,
+            state: at.state.as_str().to_string(),
+            error_class: at.error_class.clone(),
+            cost: at.cost_usd.map(Usd::dollars),
+            cost_source: at.cost_source.map(|c| c.as_str().to_string()),
+            hold: at.hold_usd.map(Usd::dollars),
+            settled: at.settled_usd.map(Usd::dollars),
+        }
+    }
+
+    /// Why a hold still stands, and how it will be settled.
+    pub fn standing(a: &AttemptListed) -> (String, String) {
+        if a.job_status == JobStatus::Parked {
+            (
+                "parked".into(),
+                "Kept until a reviewer decides: the call may have been paid.".into(),
+            )
+        } else if a.lease_expired {
+            (
+                "left by a dead worker".into(),
+                "Settled when the job is claimed again: the attempt is recovered by its key, \
+                 or the job is parked for review."
+                    .into(),
+            )
+        } else {
+            (
+                "in flight".into(),
+                "Settled with the call's cost when it ends (at the estimate when unknown).".into(),
+            )
+        }
+    }
+
+    pub async fn emails(t: &tollgate::Tollgate) -> Result<HashMap<UserId, String>, ServerFnError> {
+        Ok(t.list_users()
+            .await
+            .map_err(super::super::ssr::fail)?
+            .into_iter()
+            .map(|u| (u.id, u.email.to_string()))
+            .collect())
+    }
+}
+
+#[server]
+pub async fn load_overview() -> Result<Overview, ServerFnError> {
+    use super::ssr::*;
+    use chrono::{Datelike, Utc};
+    use convert::*;
+    require(Role::Admin).await?;
+    let t = engine()?;
+    let emails = emails(&t).await?;
+    let to = Utc::now().date_naive();
+    let from = to - chrono::Duration::days(29);
+    let report = t.spend(from, to).await.map_err(fail)?;
+    let exposure = t.exposure().await.map_err(fail)?;
+    let today = report
+        .days
+        .last()
+        .ok_or_else(|| ServerFnError::new("no days in the report"))?;
+    let max = report
+        .days
+        .iter()
+        .map(|d| d.tally.priced_usd)
+        .max()
+        .unwrap_or_default();
+    let bars = report
+        .days
+        .iter()
+        .map(|d| {
+            let label = if d.day.day() == 1 || d.day == from {
+                d.day.format("%b %-d").to_string()
+            } else {
+                d.day.day().to_string()
+            };
+            ChartBar {
+                day: d.day.to_string(),
+                label,
+                spend: d.tally.words(),
+                height: d.tally.priced_usd.percent_of(max).min(100) * CHART_HEIGHT / 100,
+                unpriced: d.tally.unpriced,
+                halted: d.halted,
+            }
+        })
+        .collect();
+    Ok(Overview {
+        today: day_row(today, &emails),
+        warning_percent: t.config().spend_warning_percent,
+        parked_holds: exposure.parked_holds,
+        parked_hold: exposure.parked_hold_usd.dollars(),
+        submitting: exposure.submitting,
+        submitting_hold: exposure.submitting_hold_usd.dollars(),
+        bars,
+        chart_max: max.dollars(),
+        month: report.total.words(),
+        month_unpriced: report.total.unpriced,
+        from: from.to_string(),
+        to: to.to_string(),
+    })
+}
+
+#[server]
+pub async fn load_spend(filters: SpendFilters) -> Result<SpendView, ServerFnError> {
+    use super::ssr::*;
+    use convert::*;
+    require(Role::Admin).await?;
+    let t = engine()?;
+    let emails = emails(&t).await?;
+    let (from, to) = tollgate::spend::parse_range(filters.from.as_deref(), filters.to.as_deref())
+        .map_err(fail)?;
+    let report = t.spend(from, to).await.map_err(fail)?;
+    let (list, next) = t
+        .spend_attempts(&tollgate::spend::AttemptQuery {
+            from: Some(from.to_string()),
+            to: Some(to.to_string()),
+            unpriced_only: filters.unpriced,
+            model: filters.model.clone(),
+            error_class: filters.class.clone(),
+            state: filters.state.clone(),
+            cursor: filters.cursor.clone(),
+            limit: Some(50),
+            ..Default::default()
+        })
+        .await
+        .map_err(fail)?;
+    Ok(SpendView {
+        from: from.to_string(),
+        to: to.to_string(),
+        // Newest day first: the page reads from today backwards.
+        days: report
+            .days
+            .iter()
+            .rev()
+            .map(|d| day_row(d, &emails))
+            .collect(),
+        models: report
+            .models
+            .iter()
+            .map(|m| TallyRow {
+                label: format!("{} · {}", m.provider, m.model),
+                key: m.model.clone(),
+                attempts: m.tally.attempts,
+                spend: m.tally.words(),
+                unpriced: m.tally.unpriced,
+            })
+            .collect(),
+        classes: report
+            .classes
+            .iter()
+            .map(|c| TallyRow {
+                label: c.error_class.clone().unwrap_or_else(|| "no error".into()),
+                key: c.error_class.clone().unwrap_or_default(),
+                attempts: c.tally.attempts,
+                spend: c.tally.words(),
+                unpriced: c.tally.unpriced,
+            })
+            .collect(),
+        total: report.total.words(),
+        total_attempts: report.total.attempts,
+        total_unpriced: report.total.unpriced,
+        attempts: list.iter().map(attempt_row).collect(),
+        next_cursor: next,
+        csv_href: format!("/v1/spend?from={from}&to={to}&format=csv"),
+    })
+}
+
+#[server]
+pub async fn load_budget() -> Result<BudgetView, ServerFnError> {
+    use super::ssr::*;
+    use chrono::Utc;
+    use convert::*;
+    use tollgate::model::Usd;
+    use tollgate::store::BudgetChangeKind;
+    require(Role::Admin).await?;
+    let t = engine()?;
+    let emails = emails(&t).await?;
+    let today = Utc::now().date_naive();
+    let from = today - chrono::Duration::days(13);
+    let to = today + chrono::Duration::days(7);
+    let report = t.spend(from, to).await.map_err(fail)?;
+    let history = t.budget_history(from, to).await.map_err(fail)?;
+    let (holds, _) = t
+        .spend_attempts(&tollgate::spend::AttemptQuery {
+            // Holds left standing on any day of the longest range a list takes.
+            from: Some(
+                (to - chrono::Duration::days(tollgate::spend::RANGE_DAYS_MAX - 1)).to_string(),
+            ),
+            to: Some(to.to_string()),
+            holding_only: true,
+            limit: Some(200),
+            ..Default::default()
+        })
+        .await
+        .map_err(fail)?;
+    let held_total = holds
+        .iter()
+        .filter_map(|h| h.attempt.hold_usd)
+        .fold(Usd::ZERO, Usd::plus);
+    let settled_total = report
+        .days
+        .iter()
+        .map(|d| d.used_usd)
+        .fold(Usd::ZERO, Usd::plus);
+    let dead_holds = holds
+        .iter()
+        .filter(|h| h.lease_expired && h.job_status != tollgate::model::JobStatus::Parked)
+        .count() as i64;
+    Ok(BudgetView {
+        today: today.to_string(),
+        default_cap: t.config().daily_cap_usd.dollars(),
+        warning_percent: t.config().spend_warning_percent,
+        days: report
+            .days
+            .iter()
+            .rev()
+            .map(|d| day_row(d, &emails))
+            .collect(),
+        history: history
+            .iter()
+            .map(|c| ChangeRow {
+                day: c.day.to_string(),
+                what: match c.change.kind {
+                    BudgetChangeKind::Cap(cap) => format!("Cap set to {}", cap.dollars()),
+                    BudgetChangeKind::Halt => "Halted".into(),
+                    BudgetChangeKind::Resume => "Resumed".into(),
+                },
+                reason: c.change.reason.clone(),
+                by: c
+                    .by_email
+                    .as_ref()
+                    .map(|e| e.to_string())
+                    .unwrap_or_else(|| "the command line".into()),
+                when: when(c.change.at),
+            })
+            .collect(),
+        holds: holds
+            .iter()
+            .map(|h| {
+                let (standing, settlement) = standing(h);
+                HoldRow {
+                    job_id: h.attempt.job_id.to_string(),
+                    day: h
+                        .attempt
+                        .budget_day
+                        .map(|d| d.to_string())
+                        .unwrap_or_default(),
+                    user: h.user_email.to_string(),
+                    model: h.attempt.model.clone(),
+                    attempt_no: h.attempt.attempt_no,
+                    state: h.attempt.state.as_str().to_string(),
+                    hold: h.attempt.hold_usd.map(Usd::dollars).unwrap_or_default(),
+                    started: when(h.attempt.started_at),
+                    standing,
+                    settlement,
+                }
+            })
+            .collect(),
+        held_total: held_total.dollars(),
+        dead_holds,
+        settled_total: settled_total.dollars(),
+    })
+}

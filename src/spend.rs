@@ -1,0 +1,341 @@
+//! What the providers were paid, as admins read it (rule 10): per day,
+//! provider, model and error class, from the rollup the attempts' own
+//! writes keep, with calls nobody could price counted apart and never as
+//! zero; the day's breaker (rule 11) beside it; and the attempts behind the
+//! numbers, a page at a time or as CSV.
+
+use crate::budget::parse_day_field;
+use crate::error::{Error, Result};
+use crate::model::{AttemptId, AttemptState, Usd};
+use crate::store::{AttemptFilter, AttemptListed, Exposure, SpendRow};
+use crate::Tollgate;
+use base64::Engine as _;
+use chrono::{DateTime, NaiveDate, Utc};
+use std::collections::BTreeMap;
+
+/// The longest range one report covers.
+pub const RANGE_DAYS_MAX: i64 = 366;
+/// Attempts a page of the list at most.
+pub const ATTEMPTS_PAGE_MAX: i64 = 500;
+
+/// Priced spend, and the calls nobody could price beside it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Tally {
+    pub attempts: i64,
+    pub priced_usd: Usd,
+    /// Attempts with a known cost (what `priced_usd` sums).
+    pub priced: i64,
+    /// Finished attempts nobody could price.
+    pub unpriced: i64,
+}
+
+impl Tally {
+    fn add(&mut self, r: &SpendRow) {
+        self.attempts += r.attempts;
+        self.priced_usd = self.priced_usd.plus(r.priced_usd);
+        self.priced += r.priced;
+        self.unpriced += r.unpriced;
+    }
+
+    /// Attempts sent whose outcome and cost are not known yet (still
+    /// `submitting` or `submitted`).
+    pub fn pending(&self) -> i64 {
+        self.attempts - self.priced - self.unpriced
+    }
+
+    /// "$12.40 + 3 unpriced": never a bare total that hides the unknown,
+    /// and no "$0.00" for calls that have no known cost at all
+    /// ("2 unpriced", "1 pending").
+    pub fn words(&self) -> String {
+        let mut parts = Vec::new();
+        if self.priced > 0 || (self.unpriced == 0 && self.pending() == 0) {
+            parts.push(self.priced_usd.dollars());
+        }
+        if self.unpriced > 0 {
+            parts.push(format!("{} unpriced", self.unpriced));
+        }
+        if self.pending() > 0 {
+            parts.push(format!("{} pending", self.pending()));
+        }
+        parts.join(" + ")
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct SpendDay {
+    pub day: NaiveDate,
+    pub cap_usd: Usd,
+    /// What the breaker booked (priced costs plus the estimate kept for
+    /// each unpriced paid call).
+    pub used_usd: Usd,
+    pub reserved_usd: Usd,
+    pub halted: bool,
+    pub halted_reason: Option<String>,
+    pub halted_by: Option<crate::model::UserId>,
+    pub halted_at: Option<DateTime<Utc>>,
+    /// Used and reserved are past the warning share of the cap.
+    pub warning: bool,
+    pub tally: Tally,
+}
+
+#[derive(Clone, Debug)]
+pub struct SpendModel {
+    pub provider: String,
+    pub model: String,
+    pub tally: Tally,
+}
+
+#[derive(Clone, Debug)]
+pub struct SpendClass {
+    /// `None`: attempts without an error (succeeded, or still open).
+    pub error_class: Option<String>,
+    pub tally: Tally,
+}
+
+#[derive(Clone, Debug)]
+pub struct SpendReport {
+    pub from: NaiveDate,
+    pub to: NaiveDate,
+    pub days: Vec<SpendDay>,
+    pub models: Vec<SpendModel>,
+    pub classes: Vec<SpendClass>,
+    pub total: Tally,
+}
+
+/// `from` and `to` (both included), at most a year apart.
+pub fn parse_range(from: Option<&str>, to: Option<&str>) -> Result<(NaiveDate, NaiveDate)> {
+    let today = Utc::now().date_naive();
+    let to = match to.filter(|s| !s.is_empty()) {
+        Some(t) => parse_day_field("to", t)?,
+        None => today,
+    };
+    let from = match from.filter(|s| !s.is_empty()) {
+        Some(f) => parse_day_field("from", f)?,
+        None => to - chrono::Duration::days(29),
+    };
+    if from > to {
+        return Err(Error::invalid("from", "must not be after to"));
+    }
+    if (to - from).num_days() >= RANGE_DAYS_MAX {
+        return Err(Error::invalid(
+            "to",
+            format!("a range is at most {RANGE_DAYS_MAX} days"),
+        ));
+    }
+    Ok((from, to))
+}
+
+/// Where a page of attempts continues, as an opaque string.
+pub fn encode_attempt_cursor(a: &crate::store::Attempt) -> Option<String> {
+    let day = a.budget_day?;
+    let raw = format!(
+        "{day}|{}|{}",
+        a.started_at
+            .to_rfc3339_opts(chrono::SecondsFormat::Nanos, true),
+        a.id
+    );
+    Some(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw))
+}
+
+pub fn decode_attempt_cursor(c: &str) -> Result<(NaiveDate, DateTime<Utc>, AttemptId)> {
+    let bad = || Error::invalid("cursor", "is not a cursor returned by this API");
+    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(c)
+        .map_err(|_| bad())?;
+    let raw = String::from_utf8(raw).map_err(|_| bad())?;
+    let mut parts = raw.split('|');
+    let (Some(day), Some(at), Some(id), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(bad());
+    };
+    Ok((
+        NaiveDate::parse_from_str(day, "%Y-%m-%d").map_err(|_| bad())?,
+        DateTime::parse_from_rfc3339(at)
+            .map_err(|_| bad())?
+            .with_timezone(&Utc),
+        id.parse().map_err(|_| bad())?,
+    ))
+}
+
+/// What a list of attempts asks for, as the API and pages give it.
+#[derive(Clone, Debug, Default)]
+pub struct AttemptQuery {
+    pub from: Option<String>,
+    pub to: Option<String>,
+    pub unpriced_only: bool,
+    pub model: Option<String>,
+    pub error_class: Option<String>,
+    pub state: Option<String>,
+    pub holding_only: bool,
+    pub cursor: Option<String>,
+    pub limit: Option<i64>,
+}
+
+impl Tollgate {
+    /// Spend from `from` to `to`: per day (with the breaker), per provider
+    /// and model, per error class, and in total.
+    pub async fn spend(&self, from: NaiveDate, to: NaiveDate) -> Result<SpendReport> {
+        let rows = self.store().spend_rows(from, to).await?;
+        let budgets = self.store().budget_days(from, to).await?;
+        let warn = self.config().spend_warning_percent;
+        let mut days = Vec::new();
+        let mut d = from;
+        while d <= to {
+            let tally = rows
+                .iter()
+                .filter(|r| r.day == d)
+                .fold(Tally::default(), |mut t, r| {
+                    t.add(r);
+                    t
+                });
+            let b = budgets.iter().find(|b| b.day == d);
+            let cap = b.map(|b| b.cap_usd).unwrap_or(self.config().daily_cap_usd);
+            let used = b.map(|b| b.used_usd).unwrap_or(Usd::ZERO);
+            let reserved = b.map(|b| b.reserved_usd).unwrap_or(Usd::ZERO);
+            let threshold = cap.decimal() * rust_decimal::Decimal::from(warn)
+                / rust_decimal::Decimal::from(100);
+            days.push(SpendDay {
+                day: d,
+                cap_usd: cap,
+                used_usd: used,
+                reserved_usd: reserved,
+                halted: b.is_some_and(|b| b.halted),
+                halted_reason: b.and_then(|b| b.halted_reason.clone()),
+                halted_by: b.and_then(|b| b.halted_by),
+                halted_at: b.and_then(|b| b.halted_at),
+                warning: used.plus(reserved).decimal() >= threshold && cap > Usd::ZERO,
+                tally,
+            });
+            d += chrono::Duration::days(1);
+        }
+        let mut models: BTreeMap<(String, String), Tally> = BTreeMap::new();
+        let mut classes: BTreeMap<Option<String>, Tally> = BTreeMap::new();
+        let mut total = Tally::default();
+        for r in &rows {
+            models
+                .entry((r.provider.clone(), r.model.clone()))
+                .or_default()
+                .add(r);
+            classes.entry(r.error_class.clone()).or_default().add(r);
+            total.add(r);
+        }
+        Ok(SpendReport {
+            from,
+            to,
+            days,
+            models: models
+                .into_iter()
+                .filter(|(_, t)| t.attempts > 0)
+                .map(|((provider, model), tally)| SpendModel {
+                    provider,
+                    model,
+                    tally,
+                })
+                .collect(),
+            classes: classes
+                .into_iter()
+                .filter(|(_, t)| t.attempts > 0)
+                .map(|(error_class, tally)| SpendClass { error_class, tally })
+                .collect(),
+            total,
+        })
+    }
+
+    /// The attempts behind a report, filtered, a page at a time; the next
+    /// page's cursor when there is one.
+    pub async fn spend_attempts(
+        &self,
+        q: &AttemptQuery,
+    ) -> Result<(Vec<AttemptListed>, Option<String>)> {
+        let (from, to) = parse_range(q.from.as_deref(), q.to.as_deref())?;
+        let limit = q.limit.unwrap_or(100);
+        if !(1..=ATTEMPTS_PAGE_MAX).contains(&limit) {
+            return Err(Error::invalid(
+                "limit",
+                format!("must be 1 to {ATTEMPTS_PAGE_MAX}"),
+            ));
+        }
+        let state = match q.state.as_deref().filter(|s| !s.is_empty()) {
+            None => None,
+            Some(s) => Some(AttemptState::parse(s).ok_or_else(|| {
+                Error::invalid(
+                    "state",
+                    "must be submitting, submitted, succeeded or failed",
+                )
+            })?),
+        };
+        let filter = AttemptFilter {
+            from: Some(from),
+            to: Some(to),
+            unpriced_only: q.unpriced_only,
+            model: q.model.clone().filter(|m| !m.is_empty()),
+            error_class: q.error_class.clone().filter(|c| !c.is_empty()),
+            state,
+            holding_only: q.holding_only,
+            after: q
+                .cursor
+                .as_deref()
+                .filter(|c| !c.is_empty())
+                .map(decode_attempt_cursor)
+                .transpose()?,
+            limit: limit + 1,
+        };
+        let mut list = self.store().list_attempts(&filter).await?;
+        let next = if list.len() as i64 > limit {
+            list.truncate(limit as usize);
+            list.last().and_then(|a| encode_attempt_cursor(&a.attempt))
+        } else {
+            None
+        };
+        Ok((list, next))
+    }
+
+    /// Holds kept by parked jobs and attempts still in the uncertainty window.
+    pub async fn exposure(&self) -> Result<Exposure> {
+        Ok(self.store().exposure().await?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_are_real_and_bounded() {
+        assert!(parse_range(Some("2026-01-01"), Some("2026-12-31")).is_ok());
+        // Both days count: 366 days is the most a range may cover.
+        assert!(parse_range(Some("2026-01-01"), Some("2027-01-01")).is_ok());
+        assert!(parse_range(Some("2026-01-01"), Some("2027-01-02")).is_err());
+        assert!(parse_range(Some("2026-02-30"), None).is_err());
+        assert!(parse_range(Some("2026-03-02"), Some("2026-03-01")).is_err());
+        let (from, to) = parse_range(None, Some("2026-03-30")).unwrap();
+        assert_eq!((to - from).num_days(), 29);
+    }
+
+    #[test]
+    fn unpriced_is_said_apart() {
+        let t = Tally {
+            attempts: 5,
+            priced_usd: Usd::parse("12.4").unwrap(),
+            priced: 2,
+            unpriced: 3,
+        };
+        assert_eq!(t.words(), "$12.40 + 3 unpriced");
+        let t = Tally {
+            attempts: 2,
+            unpriced: 0,
+            ..t
+        };
+        assert_eq!(t.words(), "$12.40");
+        // Nothing known: no "$0.00" that reads as free.
+        let none = Tally {
+            attempts: 3,
+            priced_usd: Usd::ZERO,
+            priced: 0,
+            unpriced: 2,
+        };
+        assert_eq!(none.words(), "2 unpriced + 1 pending");
+        assert_eq!(Tally::default().words(), "$0.00");
+    }
+}

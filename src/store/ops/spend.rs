@@ -1,0 +1,201 @@
+//! Spend (rule 10 and the admin side of rule 11): the rollup the attempts'
+//! triggers keep, the days' budget rows, and lists of attempts for the
+//! spend and budget pages. Money is summed in SQL, exactly.
+
+use super::*;
+use crate::model::Usd;
+use chrono::NaiveDate;
+
+const LISTED_COLUMNS: &str = "a.id, a.job_id, a.purpose, a.provider, a.endpoint, a.model, a.attempt_no, \
+     a.state, a.idempotency_key, a.provider_job_id, a.error_class, a.error, a.duration_ms, a.usage, \
+     a.cost_usd, a.cost_source, a.hold_usd, a.budget_day, a.settled_usd, a.started_at, a.finished_at, \
+     u.email AS user_email, j.status AS job_status, \
+     (j.status = 'running' AND j.lease_expires_at < ";
+
+impl Backend {
+    /// The rollup rows of the days from `from` to `to`, both included (a
+    /// row its attempts all moved out of is left out).
+    pub async fn spend_rows(&self, from: NaiveDate, to: NaiveDate) -> StoreResult<Vec<SpendRow>> {
+        let rows = sqlx::query(
+            "SELECT day, provider, model, error_class, attempts, priced_usd, priced, unpriced \
+             FROM spend_rollup WHERE day >= $1 AND day <= $2 AND attempts <> 0 \
+             ORDER BY day, provider, model, error_class",
+        )
+        .bind(from)
+        .bind(to)
+        .fetch_all(&self.reader)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                let class: String = r.try_get("error_class")?;
+                Ok(SpendRow {
+                    day: r.try_get("day")?,
+                    provider: r.try_get("provider")?,
+                    model: r.try_get("model")?,
+                    error_class: (!class.is_empty()).then_some(class),
+                    attempts: r.try_get("attempts")?,
+                    priced_usd: r.try_get("priced_usd")?,
+                    priced: r.try_get("priced")?,
+                    unpriced: r.try_get("unpriced")?,
+                })
+            })
+            .collect()
+    }
+
+    /// The same numbers summed straight from the attempts: what the rollup
+    /// must always equal (tests and the benchmark compare them).
+    pub async fn spend_rows_raw(
+        &self,
+        from: NaiveDate,
+        to: NaiveDate,
+    ) -> StoreResult<Vec<SpendRow>> {
+        let sql = format!(
+            "SELECT {day} AS day, provider, model, COALESCE(error_class, '') AS error_class, \
+             CAST(COUNT(*) AS BIGINT) AS attempts, COALESCE(SUM(cost_usd), 0) AS priced_usd, \
+             CAST(COUNT(cost_usd) AS BIGINT) AS priced, \
+             CAST(SUM(CASE WHEN cost_usd IS NULL AND state IN ('succeeded', 'failed') THEN 1 ELSE 0 END) AS BIGINT) AS unpriced \
+             FROM attempts WHERE {day} >= $1 AND {day} <= $2 \
+             GROUP BY {day}, provider, model, COALESCE(error_class, '') \
+             ORDER BY 1, 2, 3, 4",
+            day = spend_day!()
+        );
+        let rows = sqlx::query(&sql)
+            .bind(from)
+            .bind(to)
+            .fetch_all(&self.reader)
+            .await?;
+        rows.iter()
+            .map(|r| {
+                let class: String = r.try_get("error_class")?;
+                Ok(SpendRow {
+                    day: r.try_get("day")?,
+                    provider: r.try_get("provider")?,
+                    model: r.try_get("model")?,
+                    error_class: (!class.is_empty()).then_some(class),
+                    attempts: r.try_get("attempts")?,
+                    priced_usd: r.try_get("priced_usd")?,
+                    priced: r.try_get("priced")?,
+                    unpriced: r.try_get("unpriced")?,
+                })
+            })
+            .collect()
+    }
+
+    /// The budget rows of the days that have one, from `from` to `to`.
+    pub async fn budget_days(&self, from: NaiveDate, to: NaiveDate) -> StoreResult<Vec<BudgetDay>> {
+        let sql = format!(
+            "SELECT {DAY_COLUMNS} FROM budget_days WHERE day >= $1 AND day <= $2 ORDER BY day"
+        );
+        let rows = sqlx::query(&sql)
+            .bind(from)
+            .bind(to)
+            .fetch_all(&self.reader)
+            .await?;
+        rows.iter().map(day_from_row).collect()
+    }
+
+    /// Attempts by day, filtered, oldest first, a page at a time; each with
+    /// its owner's email and its job's state.
+    pub async fn list_attempts(&self, f: &AttemptFilter) -> StoreResult<Vec<AttemptListed>> {
+        let mut sql = format!(
+            "SELECT {LISTED_COLUMNS}{}) AS lease_expired FROM attempts a \
+             JOIN jobs j ON j.id = a.job_id JOIN users u ON u.id = j.user_id WHERE a.budget_day IS NOT NULL",
+            now!()
+        );
+        let mut n = 0;
+        let mut next = || {
+            n += 1;
+            n
+        };
+        if f.from.is_some() {
+            sql += &format!(" AND a.budget_day >= ${}", next());
+        }
+        if f.to.is_some() {
+            sql += &format!(" AND a.budget_day <= ${}", next());
+        }
+        if f.unpriced_only {
+            sql += " AND a.cost_usd IS NULL AND a.state IN ('succeeded', 'failed')";
+        }
+        if f.holding_only {
+            sql += " AND a.hold_usd IS NOT NULL AND a.settled_usd IS NULL";
+        }
+        if f.model.is_some() {
+            sql += &format!(" AND a.model = ${}", next());
+        }
+        if f.error_class.is_some() {
+            sql += &format!(" AND a.error_class = ${}", next());
+        }
+        if f.state.is_some() {
+            sql += &format!(" AND a.state = ${}", next());
+        }
+        if f.after.is_some() {
+            let (d, t, i) = (next(), next(), next());
+            sql += &format!(
+                " AND (a.budget_day > ${d} OR (a.budget_day = ${d} AND (a.started_at > ${t} \
+                 OR (a.started_at = ${t} AND a.id > ${i}))))"
+            );
+        }
+        sql += &format!(
+            " ORDER BY a.budget_day, a.started_at, a.id LIMIT ${}",
+            next()
+        );
+        let mut q = sqlx::query(&sql);
+        if let Some(d) = f.from {
+            q = q.bind(d);
+        }
+        if let Some(d) = f.to {
+            q = q.bind(d);
+        }
+        if let Some(m) = &f.model {
+            q = q.bind(m);
+        }
+        if let Some(c) = &f.error_class {
+            q = q.bind(c);
+        }
+        if let Some(s) = f.state {
+            q = q.bind(s.as_str());
+        }
+        if let Some((d, t, i)) = f.after {
+            q = q.bind(d).bind(t).bind(i.0);
+        }
+        let rows = q.bind(f.limit).fetch_all(&self.reader).await?;
+        rows.iter()
+            .map(|r| {
+                let status: String = r.try_get("job_status")?;
+                Ok(AttemptListed {
+                    attempt: attempt_from_row(r)?,
+                    user_email: Email::from_stored(r.try_get("user_email")?),
+                    job_status: JobStatus::parse(&status).ok_or_else(|| corrupt(&status))?,
+                    lease_expired: r
+                        .try_get::<Option<bool>, _>("lease_expired")?
+                        .unwrap_or(false),
+                })
+            })
+            .collect()
+    }
+
+    /// What may have been spent without a price, right now.
+    pub async fn exposure(&self) -> StoreResult<Exposure> {
+        let parked = sqlx::query(
+            "SELECT CAST(COUNT(*) AS BIGINT) AS n, SUM(a.hold_usd) AS usd FROM attempts a JOIN jobs j ON j.id = a.job_id \
+             WHERE j.status = 'parked' AND a.hold_usd IS NOT NULL AND a.settled_usd IS NULL",
+        )
+        .fetch_one(&self.reader)
+        .await?;
+        let submitting = sqlx::query(
+            "SELECT CAST(COUNT(*) AS BIGINT) AS n, SUM(hold_usd) AS usd FROM attempts WHERE state = 'submitting'",
+        )
+        .fetch_one(&self.reader)
+        .await?;
+        Ok(Exposure {
+            parked_holds: parked.try_get("n")?,
+            parked_hold_usd: parked
+                .try_get::<Option<Usd>, _>("usd")?
+                .unwrap_or(Usd::ZERO),
+            submitting: submitting.try_get("n")?,
+            submitting_hold_usd: submitting
+                .try_get::<Option<Usd>, _>("usd")?
+                .unwrap_or(Usd::ZERO),
+        })
+    }
+}

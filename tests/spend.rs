@@ -1,0 +1,717 @@
+//! Spend you can trust, on both backends: the day's ceiling holds for every
+//! paid call (retries and a dearer fallback included) under a hundred racing
+//! jobs; a halt sends nothing new while calls are in flight; an unknown cost
+//! stays unknown through every sum; the rollup equals a plain sum over the
+//! attempts; and `GET /v1/spend` with its CSV, for each role and bad input.
+
+use chrono::{Duration as Days, NaiveDate, Utc};
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tollgate::both_backends;
+use tollgate::model::{
+    AttemptEnd, AttemptId, AttemptState, CostSource, Credits, JobId, JobStatus,
+    Purpose as AttemptPurpose, Role, Usd,
+};
+use tollgate::providers::mock::MockConfig;
+use tollgate::spend::AttemptQuery;
+use tollgate::store::{AttemptOutcome, Claim, Hold, NewAttempt, Op, Unit, User};
+use tollgate::testkit::{MockServer, TestDb};
+
+both_backends!(
+    racing_paid_calls_with_retries_and_a_dearer_fallback_never_pass_the_cap,
+    a_halt_while_calls_are_in_flight_sends_nothing_new,
+    unknown_costs_stay_unknown_and_the_rollup_equals_the_raw_sum,
+    the_attempt_list_filters_and_pages,
+    spend_over_http_is_for_admins_and_refuses_bad_ranges,
+    spend_as_csv_is_one_row_per_attempt_with_unpriced_left_empty,
+);
+
+fn usd(s: &str) -> Usd {
+    Usd::parse(s).unwrap()
+}
+
+async fn mock(latency_ms: u64, price: &str) -> MockServer {
+    MockServer::start(MockConfig {
+        idempotency: true,
+        lookup: true,
+        latency: Duration::from_millis(latency_ms),
+        price_usd: Some(price.to_string()),
+        public_base: String::new(),
+    })
+    .await
+}
+
+/// An http edit model priced at `price` per generation.
+fn model(id: &str, m: &MockServer, price: &str, extra: &str) -> String {
+    let base = &m.base;
+    format!(
+        "[[models]]\nid = \"{id}\"\nkind = \"image_edit\"\nprovider = \"http\"\nendpoint = \"{base}\"\n\
+         price = {{ per_generation = \"{price}\" }}\npoll_ms = 20\nbackoff_ms = 10\nbackoff_max_ms = 50\n{extra}\n"
+    )
+}
+
+async fn person(db: &TestDb, email: &str) -> User {
+    let t = &db.tollgate;
+    let u = t
+        .add_user(email, Role::User, "correct horse battery")
+        .await
+        .unwrap();
+    t.grant_credits(None, u.id, Credits(10_000), None, None)
+        .await
+        .unwrap();
+    u
+}
+
+async fn edits(db: &TestDb, u: &User, prefix: &str, n: usize) -> Vec<JobId> {
+    let t = &db.tollgate;
+    let source = t
+        .upload_asset(
+            u,
+            Some("image/png"),
+            tollgate::testkit::photo_of_a_dog(64, 48).into(),
+        )
+        .await
+        .unwrap();
+    let mut ids = Vec::new();
+    for i in 0..n {
+        let body = json!({"kind": "image_edit", "source": source.id,
+            "target": {"kind": "pet", "description": "the dog"}, "style": "embroidery", "strength": "balanced"});
+        ids.push(
+            t.submit_job(u, Some(&format!("{prefix}{i}")), &body)
+                .await
+                .unwrap()
+                .job
+                .id,
+        );
+    }
+    ids
+}
+
+/// Waits (bounded) until every job is terminal or parked.
+async fn settle_all(db: &TestDb, ids: &[JobId]) -> Vec<tollgate::store::Job> {
+    for _ in 0..1200 {
+        let mut all = Vec::new();
+        for id in ids {
+            all.push(db.store().job(*id).await.unwrap().unwrap());
+        }
+        if all
+            .iter()
+            .all(|j| j.status.is_terminal() || j.status == JobStatus::Parked)
+        {
+            return all;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the jobs did not settle in 60 s");
+}
+
+async fn predictions(m: &MockServer) -> usize {
+    m.stats().await["predictions"].as_array().unwrap().len()
+}
+
+/// A hundred jobs race for a day that holds their first calls and most of
+/// their retries, but not all of their fallbacks. The cheap model fails
+/// two times in three (a retry on itself, then a fallback to a model three
+/// times dearer); the dear one sometimes cannot say what it cost.
+/// Sampled all along, used plus reserved never passes the cap; what the
+/// providers were really paid never does either; the jobs that the day
+/// could not hold fail with SPENDING_PAUSED and are refunded.
+async fn racing_paid_calls_with_retries_and_a_dearer_fallback_never_pass_the_cap(db: TestDb) {
+    let cheap = mock(30, "0.100000").await;
+    let dear = mock(30, "0.300000").await;
+    let cap = usd("22.00");
+    let toml = format!(
+        "daily_cap_usd = \"22.00\"\n{}{}",
+        model(
+            "cheap",
+            &cheap,
+            "0.10",
+            "default = true\nattempts = 2\nfallback = [\"dear\"]\nfallback_on = [\"exhausted\"]"
+        ),
+        model("dear", &dear, "0.30", "attempts = 2")
+    );
+    let db = db.with_config(&toml).await;
+    // Two of three cheap predictions fail: many jobs retry, many fall back.
+    let cheap_script: Vec<&str> = (0..300)
+        .map(|i| if i % 3 == 2 { "ok" } else { "fail" })
+        .collect();
+    cheap.script(json!({ "next": cheap_script })).await;
+    let dear_script: Vec<&str> = (0..300)
+        .map(|i| ["ok", "omit_cost", "fail"][i % 3])
+        .collect();
+    dear.script(json!({ "next": dear_script })).await;
+    let u = person(&db, "racer@example.com").await;
+    let before = db.tollgate.user(u.id).await.unwrap().balance;
+    let ids = edits(&db, &u, "race", 100).await;
+
+    // Watch the day while the hundred run at once.
+    let today = Utc::now().date_naive();
+    let done = Arc::new(AtomicBool::new(false));
+    let worst = Arc::new(Mutex::new((Usd::ZERO, 0u32)));
+    let watcher = {
+        let (store, done, worst) = (db.store().clone(), done.clone(), worst.clone());
+        tokio::spawn(async move {
+            while !done.load(Ordering::Relaxed) {
+                let d = store.budget_day(today, cap).await.unwrap();
+                {
+                    let mut w = worst.lock().unwrap();
+                    w.0 = w.0.max(d.used_usd.plus(d.reserved_usd));
+                    w.1 += 1;
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        })
+    };
+    let engine = tollgate::engine::start(db.tollgate.clone(), 100);
+    let jobs = settle_all(&db, &ids).await;
+    engine.shutdown().await;
+    done.store(true, Ordering::Relaxed);
+    watcher.await.unwrap();
+
+    let (worst, samples) = *worst.lock().unwrap();
+    assert!(samples > 20, "the day was watched ({samples} samples)");
+    assert!(worst <= cap, "used plus reserved reached {worst}");
+    let d = db.store().budget_day(today, cap).await.unwrap();
+    assert!(d.used_usd <= cap, "used {}", d.used_usd);
+    assert_eq!(d.reserved_usd, Usd::ZERO, "every hold settled");
+    // What the providers were really paid (each charged its estimate).
+    let paid = usd("0.10").decimal() * rust_decimal::Decimal::from(cheap.paid().await)
+        + usd("0.30").decimal() * rust_decimal::Decimal::from(dear.paid().await);
+    assert!(paid <= cap.decimal(), "the providers were paid {paid}");
+    // Booked is paid: priced costs plus the estimate kept for each unpriced call.
+    assert_eq!(d.used_usd.decimal(), paid);
+
+    let mut retried = 0;
+    let mut fell_back = 0;
+    let mut paused = 0;
+    let mut charged = 0i64;
+    for j in &jobs {
+        let a = db.store().attempts(j.id).await.unwrap();
+        if a.iter().filter(|a| a.model == "cheap").count() == 2 {
+            retried += 1;
+        }
+        if a.iter().any(|a| a.model == "dear") {
+            fell_back += 1;
+        }
+        match j.status {
+            JobStatus::Succeeded => charged += j.credits.0,
+            JobStatus::Failed => {
+                let code = j.error.as_ref().unwrap()["code"].as_str().unwrap();
+                if code == "SPENDING_PAUSED" {
+                    paused += 1;
+                    assert!(j.error.as_ref().unwrap()["message"]
+                        .as_str()
+                        .unwrap()
+                        .contains("paused"));
+                }
+            }
+            other => panic!("job {} is {other:?}", j.id),
+        }
+    }
+    assert!(retried > 10, "{retried} jobs retried");
+    assert!(fell_back > 5, "{fell_back} jobs fell back");
+    assert!(paused > 10, "{paused} jobs found the day full");
+    // Only what succeeded was charged; every failure was refunded.
+    let after = db.tollgate.user(u.id).await.unwrap().balance;
+    assert_eq!(before.0 - after.0, charged);
+    // The rollup agrees with the attempts, unpriced calls apart.
+    let rolled = db.store().spend_rows(today, today).await.unwrap();
+    assert_eq!(
+        rolled,
+        db.store().spend_rows_raw(today, today).await.unwrap()
+    );
+    let report = db.tollgate.spend(today, today).await.unwrap();
+    assert!(report.total.unpriced > 0, "omitted costs are counted apart");
+    assert_eq!(
+        report.total.priced_usd.decimal()
+            + usd("0.30").decimal() * rust_decimal::Decimal::from(report.total.unpriced),
+        d.used_usd.decimal(),
+        "priced plus the estimate of each unpriced call is what the breaker booked"
+    );
+}
+
+/// Twenty predictions are in flight when an admin halts the day: they
+/// finish (the money is spent either way), but nothing new is sent, not a
+/// retry of the ones that fail and not a new job.
+async fn a_halt_while_calls_are_in_flight_sends_nothing_new(db: TestDb) {
+    let m = mock(800, "0.100000").await;
+    let db = db
+        .with_config(&model("m", &m, "0.10", "default = true\nattempts = 3"))
+        .await;
+    let script: Vec<&str> = (0..20)
+        .map(|i| if i % 2 == 0 { "ok" } else { "fail" })
+        .collect();
+    m.script(json!({ "next": script })).await;
+    let u = person(&db, "halted@example.com").await;
+    let admin = db
+        .tollgate
+        .add_user("admin@example.com", Role::Admin, "correct horse battery")
+        .await
+        .unwrap();
+    let first = edits(&db, &u, "before", 20).await;
+    let engine = tollgate::engine::start(db.tollgate.clone(), 20);
+    for _ in 0..400 {
+        if predictions(&m).await == 20 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(predictions(&m).await, 20, "all twenty are in flight");
+    let today = Utc::now().date_naive();
+    let d = db
+        .tollgate
+        .halt_day(today, "the provider's invoice looks wrong", Some(admin.id))
+        .await
+        .unwrap();
+    assert!(d.halted);
+    assert_eq!(d.halted_by, Some(admin.id));
+    let later = edits(&db, &u, "after", 5).await;
+    let all: Vec<JobId> = first.iter().chain(&later).copied().collect();
+    let jobs = settle_all(&db, &all).await;
+    engine.shutdown().await;
+
+    assert_eq!(predictions(&m).await, 20, "nothing was sent after the halt");
+    let succeeded = jobs
+        .iter()
+        .filter(|j| j.status == JobStatus::Succeeded)
+        .count();
+    let paused: Vec<_> = jobs
+        .iter()
+        .filter(|j| {
+            j.status == JobStatus::Failed && j.error.as_ref().unwrap()["code"] == "SPENDING_PAUSED"
+        })
+        .collect();
+    assert_eq!((succeeded, paused.len()), (10, 15), "{jobs:#?}");
+    for j in &later {
+        assert!(db.store().attempts(*j).await.unwrap().is_empty());
+    }
+    // The twenty calls were paid and booked; nothing is held.
+    let d = db.tollgate.budget(today).await.unwrap();
+    assert_eq!((d.used_usd, d.reserved_usd), (usd("2.0"), Usd::ZERO));
+    let history = db.tollgate.budget_history(today, today).await.unwrap();
+    assert_eq!(history.len(), 1);
+    assert_eq!(
+        history[0].by_email.as_ref().map(|e| e.as_str().to_string()),
+        Some("admin@example.com".to_string())
+    );
+    assert_eq!(
+        history[0].change.reason.as_deref(),
+        Some("the provider's invoice looks wrong")
+    );
+}
+
+/// Attempts written straight through units of work on three days: known,
+/// zero and unknown costs; an unknown cost learnt later; a failure that
+/// changes its error class. Every sum keeps unknown apart, and the rollup
+/// the triggers keep equals a plain SUM over the attempts.
+async fn unknown_costs_stay_unknown_and_the_rollup_equals_the_raw_sum(db: TestDb) {
+    let u = person(&db, "sums@example.com").await;
+    let ids = edits(&db, &u, "sum", 6).await;
+    let s = db.store();
+    let claims = s.claim_jobs("w", 6, 60.0).await.unwrap();
+    let day = |d: u32| NaiveDate::from_ymd_opt(2026, 11, d).unwrap();
+    // (job, day, model, cost written first, cost learnt later, error class)
+    type Case = (
+        usize,
+        u32,
+        &'static str,
+        Option<&'static str>,
+        Option<&'static str>,
+        Option<&'static str>,
+    );
+    let cases: [Case; 8] = [
+        (0, 10, "a", Some("0.10"), None, None),
+        (0, 10, "a", None, None, None),
+        (1, 10, "b", Some("0"), None, Some("rate_limited")),
+        (2, 11, "a", None, Some("0.07"), None),
+        (3, 11, "b", None, None, Some("failed")),
+        (3, 11, "b", Some("0.25"), None, None),
+        (4, 12, "a", None, None, None),
+        (5, 12, "a", Some("1.5"), None, Some("failed")),
+    ];
+    for (n, (job, d, model, cost, later, class)) in cases.iter().enumerate() {
+        let claim: &Claim = claims.iter().find(|c| c.job.id == ids[*job]).unwrap();
+        let attempt = NewAttempt {
+            id: AttemptId::new(),
+            job_id: ids[*job],
+            purpose: AttemptPurpose::Generate,
+            provider: "http".into(),
+            endpoint: Some("http://127.0.0.1:9".into()),
+            model: model.to_string(),
+            attempt_no: n as i32 + 1,
+            idempotency_key: format!("{}:{n}", ids[*job]),
+            hold: Some(Hold {
+                day: day(*d),
+                amount: usd("2"),
+                default_cap: usd("100"),
+            }),
+            started_at: Utc::now(),
+        };
+        let end = |cost: Option<&str>| Op::EndAttempt {
+            attempt: attempt.id,
+            outcome: AttemptOutcome {
+                end: if class.is_some() {
+                    AttemptEnd::Failed
+                } else {
+                    AttemptEnd::Succeeded
+                },
+                provider_job_id: None,
+                error_class: class.map(str::to_string),
+                error: None,
+                duration_ms: 5,
+                usage: None,
+                cost: cost.map(|c| (usd(c), CostSource::Quoted)),
+                finished_at: Utc::now(),
+            },
+        };
+        let mut ops = vec![Op::BeginAttempt(attempt.clone()), end(*cost)];
+        if later.is_some() {
+            ops.push(end(*later));
+        }
+        s.apply_one(Unit {
+            job: claim.job.id,
+            token: claim.token,
+            ops,
+        })
+        .await
+        .unwrap();
+    }
+    // One more still open (submitting): counted, neither priced nor unpriced.
+    let claim = claims.iter().find(|c| c.job.id == ids[4]).unwrap();
+    s.apply_one(Unit {
+        job: ids[4],
+        token: claim.token,
+        ops: vec![Op::BeginAttempt(NewAttempt {
+            id: AttemptId::new(),
+            job_id: ids[4],
+            purpose: AttemptPurpose::Generate,
+            provider: "http".into(),
+            endpoint: None,
+            model: "a".into(),
+            attempt_no: 99,
+            idempotency_key: format!("{}:99", ids[4]),
+            hold: Some(Hold {
+                day: day(12),
+                amount: usd("2"),
+                default_cap: usd("100"),
+            }),
+            started_at: Utc::now(),
+        })],
+    })
+    .await
+    .unwrap();
+
+    let rolled = s.spend_rows(day(1), day(30)).await.unwrap();
+    assert_eq!(rolled, s.spend_rows_raw(day(1), day(30)).await.unwrap());
+    let r = db.tollgate.spend(day(10), day(12)).await.unwrap();
+    let by_day: Vec<(i64, String, i64)> = r
+        .days
+        .iter()
+        .map(|d| {
+            (
+                d.tally.attempts,
+                d.tally.priced_usd.to_string(),
+                d.tally.unpriced,
+            )
+        })
+        .collect();
+    assert_eq!(
+        by_day,
+        [
+            (3, "0.100000".to_string(), 1),
+            (3, "0.320000".to_string(), 1),
+            (3, "1.500000".to_string(), 1),
+        ]
+    );
+    // The open one is said apart too: neither priced nor unpriced yet.
+    assert_eq!(r.total.words(), "$1.92 + 3 unpriced + 1 pending");
+    assert_eq!(r.total.pending(), 1);
+    let a = r.models.iter().find(|m| m.model == "a").unwrap();
+    assert_eq!(
+        (a.tally.attempts, a.tally.priced_usd, a.tally.unpriced),
+        (6, usd("1.67"), 2)
+    );
+    let failed = r
+        .classes
+        .iter()
+        .find(|c| c.error_class.as_deref() == Some("failed"))
+        .unwrap();
+    assert_eq!(failed.tally.words(), "$1.50 + 1 unpriced");
+    // A day before any of it: nothing, not zero-priced rows.
+    let empty = db.tollgate.spend(day(1), day(2)).await.unwrap();
+    assert_eq!(empty.total.attempts, 0);
+    assert!(empty.models.is_empty());
+    // The unpriced filter lists exactly the three.
+    let (list, _) = db
+        .tollgate
+        .spend_attempts(&AttemptQuery {
+            from: Some("2026-11-10".into()),
+            to: Some("2026-11-12".into()),
+            unpriced_only: true,
+            ..AttemptQuery::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(list.len(), 3);
+    assert!(list.iter().all(|a| a.attempt.cost_usd.is_none()
+        && matches!(
+            a.attempt.state,
+            AttemptState::Succeeded | AttemptState::Failed
+        )));
+}
+
+async fn the_attempt_list_filters_and_pages(db: TestDb) {
+    let m = mock(0, "0.100000").await;
+    let db = db
+        .with_config(&model("m", &m, "0.10", "default = true\nattempts = 2"))
+        .await;
+    m.script(json!({ "next": ["fail", "ok", "omit_cost", "ok", "ok", "ok", "ok"] }))
+        .await;
+    let u = person(&db, "pages@example.com").await;
+    let ids = edits(&db, &u, "p", 6).await;
+    let engine = tollgate::engine::start(db.tollgate.clone(), 1);
+    settle_all(&db, &ids).await;
+    engine.shutdown().await;
+    let today = Utc::now().date_naive().to_string();
+    let q = |f: &dyn Fn(&mut AttemptQuery)| {
+        let mut q = AttemptQuery {
+            from: Some(today.clone()),
+            to: Some(today.clone()),
+            ..AttemptQuery::default()
+        };
+        f(&mut q);
+        q
+    };
+    let t = &db.tollgate;
+    let (all, next) = t.spend_attempts(&q(&|_| ())).await.unwrap();
+    assert_eq!((all.len(), next), (7, None));
+    assert!(all
+        .iter()
+        .all(|a| a.user_email.as_str() == "pages@example.com"));
+    let (failed, _) = t
+        .spend_attempts(&q(&|q| q.error_class = Some("failed".into())))
+        .await
+        .unwrap();
+    assert_eq!(failed.len(), 1);
+    let (unpriced, _) = t
+        .spend_attempts(&q(&|q| q.unpriced_only = true))
+        .await
+        .unwrap();
+    assert_eq!(unpriced.len(), 1);
+    let (ok, _) = t
+        .spend_attempts(&q(&|q| q.state = Some("succeeded".into())))
+        .await
+        .unwrap();
+    assert_eq!(ok.len(), 6);
+    let (none, _) = t
+        .spend_attempts(&q(&|q| q.model = Some("other".into())))
+        .await
+        .unwrap();
+    assert!(none.is_empty());
+    // Pages of three, in order, each attempt once.
+    let mut seen = Vec::new();
+    let mut cursor = None;
+    loop {
+        let (page, next) = t
+            .spend_attempts(&q(&|q| {
+                q.limit = Some(3);
+                q.cursor = cursor.clone();
+            }))
+            .await
+            .unwrap();
+        seen.extend(page.iter().map(|a| a.attempt.id));
+        match next {
+            Some(n) => cursor = Some(n),
+            None => break,
+        }
+    }
+    assert_eq!(seen, all.iter().map(|a| a.attempt.id).collect::<Vec<_>>());
+    // Bad filters are refused, not ignored.
+    for bad in [
+        q(&|q| q.state = Some("paid".into())),
+        q(&|q| q.limit = Some(0)),
+        q(&|q| q.limit = Some(501)),
+        q(&|q| q.cursor = Some("not a cursor".into())),
+        q(&|q| q.from = Some("2026-13-01".into())),
+    ] {
+        let e = t.spend_attempts(&bad).await.unwrap_err();
+        assert_eq!(e.code(), "INVALID_REQUEST", "{e:?}");
+    }
+}
+
+struct Api {
+    base: String,
+    http: reqwest::Client,
+    admin: String,
+    user: String,
+    _db: TestDb,
+}
+
+async fn api(db: TestDb) -> Api {
+    let t = db.tollgate.clone();
+    let app = tollgate::api::router(t.clone()).layer(tollgate::auth::session_layer(&t));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        axum::serve(listener, app).await.unwrap();
+    });
+    let mut tokens = Vec::new();
+    for (email, role) in [
+        ("admin@example.com", Role::Admin),
+        ("user@example.com", Role::User),
+    ] {
+        let u = t
+            .add_user(email, role, "correct horse battery")
+            .await
+            .unwrap();
+        tokens.push(t.create_api_token(&u, "test").await.unwrap().1);
+    }
+    Api {
+        base: format!("http://{addr}"),
+        http: reqwest::Client::new(),
+        user: tokens.pop().unwrap(),
+        admin: tokens.pop().unwrap(),
+        _db: db,
+    }
+}
+
+impl Api {
+    async fn get(&self, path: &str, token: Option<&str>) -> (StatusCode, String) {
+        let mut r = self.http.get(format!("{}{path}", self.base));
+        if let Some(t) = token {
+            r = r.bearer_auth(t);
+        }
+        let r = r.send().await.unwrap();
+        (r.status(), r.text().await.unwrap())
+    }
+}
+
+async fn spend_over_http_is_for_admins_and_refuses_bad_ranges(db: TestDb) {
+    let s = api(db).await;
+    let (status, _) = s.get("/v1/spend", None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let (status, body) = s.get("/v1/spend", Some(&s.user)).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap()["error"]["code"],
+        "FORBIDDEN"
+    );
+    // Thirty days ending today by default, one row per day.
+    let (status, body) = s.get("/v1/spend", Some(&s.admin)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let r: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(r["days"].as_array().unwrap().len(), 30);
+    assert_eq!(r["to"], Utc::now().date_naive().to_string());
+    assert_eq!(r["total"]["priced_usd"], "0.000000");
+    assert_eq!(r["total"]["unpriced_attempts"], 0);
+    assert_eq!(r["days"][0]["cap_usd"], "50.000000");
+    let today = Utc::now().date_naive();
+    let year_ago = today - Days::days(365);
+    let (status, _) = s
+        .get(
+            &format!("/v1/spend?from={year_ago}&to={today}"),
+            Some(&s.admin),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "366 days is allowed");
+    for bad in [
+        format!("/v1/spend?from={}&to={today}", year_ago - Days::days(1)),
+        "/v1/spend?from=2026-11-30&to=2026-11-01".to_string(),
+        "/v1/spend?from=2026-02-30".to_string(),
+        "/v1/spend?from=yesterday".to_string(),
+        "/v1/spend?to=2026-11-31".to_string(),
+        "/v1/spend?format=xml".to_string(),
+        "/v1/spend?colour=red".to_string(),
+        "/v1/spend?from=%00".to_string(),
+    ] {
+        let (status, body) = s.get(&bad, Some(&s.admin)).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{bad}: {body}");
+        let e: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(e["error"]["code"], "INVALID_REQUEST", "{bad}");
+    }
+}
+
+async fn spend_as_csv_is_one_row_per_attempt_with_unpriced_left_empty(db: TestDb) {
+    let m = mock(0, "0.120000").await;
+    let db = db
+        .with_config(&model("m", &m, "0.12", "default = true"))
+        .await;
+    m.script(json!({ "next": ["ok", "omit_cost", "ok"] })).await;
+    let u = person(&db, "csv@example.com").await;
+    let ids = edits(&db, &u, "c", 3).await;
+    let engine = tollgate::engine::start(db.tollgate.clone(), 1);
+    settle_all(&db, &ids).await;
+    engine.shutdown().await;
+    let s = api(db).await;
+    let today = Utc::now().date_naive();
+    let r = s
+        .http
+        .get(format!("{}/v1/spend?from={today}&to={today}", s.base))
+        .header("accept", "text/csv")
+        .bearer_auth(&s.admin)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert!(r.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/csv"));
+    let text = r.text().await.unwrap();
+    let mut rows = csv::Reader::from_reader(text.as_bytes());
+    assert_eq!(
+        rows.headers().unwrap().iter().collect::<Vec<_>>(),
+        [
+            "started_at",
+            "job_id",
+            "user",
+            "provider",
+            "model",
+            "attempt_no",
+            "state",
+            "error_class",
+            "cost_usd",
+            "cost_source"
+        ]
+    );
+    let rows: Vec<csv::StringRecord> = rows.records().map(Result::unwrap).collect();
+    assert_eq!(rows.len(), 3, "{text}");
+    let mut costs: Vec<&str> = rows.iter().map(|r| &r[8]).collect();
+    costs.sort();
+    assert_eq!(
+        costs,
+        ["", "0.120000", "0.120000"],
+        "unpriced is empty, not 0"
+    );
+    assert!(rows
+        .iter()
+        .all(|r| &r[2] == "csv@example.com" && &r[6] == "succeeded"));
+    // The same with format=csv; JSON agrees with it.
+    let (status, again) = s
+        .get(
+            &format!("/v1/spend?from={today}&to={today}&format=csv"),
+            Some(&s.admin),
+        )
+        .await;
+    assert_eq!((status, again.lines().count()), (StatusCode::OK, 4));
+    let (_, json) = s
+        .get(
+            &format!("/v1/spend?from={today}&to={today}"),
+            Some(&s.admin),
+        )
+        .await;
+    let r: Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(r["total"]["priced_usd"], "0.240000");
+    assert_eq!(r["total"]["unpriced_attempts"], 1);
+    assert_eq!(r["total"]["in_words"], "$0.24 + 1 unpriced");
+    assert_eq!(
+        r["days"][0]["used_usd"], "0.360000",
+        "the unpriced call is booked at its estimate"
+    );
+    // A user cannot read it as CSV either.
+    let (status, _) = s.get("/v1/spend?format=csv", Some(&s.user)).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+}
