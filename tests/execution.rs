@@ -183,6 +183,8 @@ async fn leases_run_on_the_database_clock_and_a_stale_token_cannot_write(db: Tes
             model: None,
             provider_job_id: None,
             attempt_id: None,
+            polls: 0,
+            deliveries: 0,
         }),
         Op::Release,
     ] {

@@ -12,7 +12,7 @@ use tollgate::model::{
     AttemptId, CostSource, Credits, JobId, JobStatus, Purpose as AttemptPurpose, Role, Usd,
 };
 use tollgate::providers::mock::MockConfig;
-use tollgate::store::{Hold, Job, NewAttempt, Op, ParkedStage, Unit, User};
+use tollgate::store::{Hold, Job, NewAttempt, Op, ParkedFilter, ParkedStage, Unit, User};
 use tollgate::testkit::{MockServer, TestDb};
 
 /// A mock provider in this process on a free port.
@@ -501,7 +501,11 @@ async fn a_dropped_answer_without_either_parks_and_keeps_the_hold(db: TestDb) {
     assert_eq!(p.hold_usd, Some(job.estimated_usd));
     let listed = db
         .store()
-        .list_parked(Some(ParkedStage::SubmissionUncertain), 10)
+        .list_parked(&ParkedFilter {
+            stage: Some(ParkedStage::SubmissionUncertain),
+            limit: 10,
+            ..Default::default()
+        })
         .await
         .unwrap();
     assert_eq!(listed.len(), 1);
@@ -531,7 +535,15 @@ async fn a_dropped_answer_without_either_parks_and_keeps_the_hold(db: TestDb) {
     assert_eq!(cancelled.status, JobStatus::Cancelled);
     assert_eq!(balance(&db, &u).await, Credits(100));
     assert!(db.store().parked_for_job(id).await.unwrap().is_none());
-    assert!(db.store().list_parked(None, 10).await.unwrap().is_empty());
+    assert!(db
+        .store()
+        .list_parked(&ParkedFilter {
+            limit: 10,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .is_empty());
     assert_eq!(held(&db).await, (job.estimated_usd, Usd::ZERO));
 }
 

@@ -11,6 +11,7 @@ mod me;
 mod metrics;
 pub mod objects;
 mod ops;
+mod parked;
 mod spend;
 mod users;
 
@@ -72,6 +73,7 @@ pub const JSON_BODY_BYTES_MAX: usize = 64 * 1024;
         (name = "assets", description = "Private uploads: photos and masks."),
         (name = "account", description = "Who you are and your credits."),
         (name = "admin", description = "Users, credit grants and the daily spending breaker (admins)."),
+        (name = "parked", description = "Parked work: the reviewer queue and decisions (reviewers and admins)."),
         (name = "operations", description = "Health, readiness, metrics and this document."),
     )
 )]
@@ -126,6 +128,7 @@ fn v1() -> OpenApiRouter<Tollgate> {
         .merge(users::router())
         .merge(budget::router())
         .merge(spend::router())
+        .merge(parked::router())
         .routes(routes!(openapi_json))
 }
 

@@ -13,11 +13,14 @@ use serde_json::Value;
 use utoipa::ToSchema;
 
 /// Times are RFC 3339 in UTC, to the millisecond.
-fn millis<S: Serializer>(t: &DateTime<Utc>, s: S) -> Result<S::Ok, S::Error> {
+pub(super) fn millis<S: Serializer>(t: &DateTime<Utc>, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
 }
 
-fn millis_opt<S: Serializer>(t: &Option<DateTime<Utc>>, s: S) -> Result<S::Ok, S::Error> {
+pub(super) fn millis_opt<S: Serializer>(
+    t: &Option<DateTime<Utc>>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
     match t {
         Some(t) => millis(t, s),
         None => s.serialize_none(),

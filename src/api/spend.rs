@@ -176,9 +176,15 @@ async fn get_spend(
     query: std::result::Result<Query<SpendQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response> {
     let Query(q) = query.map_err(|e| Error::invalid("query", e.body_text()))?;
+    // Given but empty is not absent: the document says a date (or a format).
+    for (field, v) in [("from", &q.from), ("to", &q.to), ("format", &q.format)] {
+        if v.as_deref() == Some("") {
+            return Err(Error::invalid(field, "must not be empty"));
+        }
+    }
     let (from, to) = parse_range(q.from.as_deref(), q.to.as_deref())?;
     let csv = match q.format.as_deref() {
-        None | Some("") => headers
+        None => headers
             .get(header::ACCEPT)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|a| a.contains("text/csv")),

@@ -71,3 +71,7 @@ id_type!(
     /// A parked job's record, awaiting a reviewer's decision (rule 12).
     ParkedId
 );
+id_type!(
+    /// A reviewer's recorded decision on a parked record (rule 12).
+    DecisionId
+);

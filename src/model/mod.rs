@@ -10,6 +10,7 @@ mod ids;
 mod job;
 mod ledger;
 mod money;
+mod parked;
 mod password;
 mod progress;
 mod role;
@@ -23,13 +24,14 @@ pub use catalogue::{
 };
 pub use credits::{Credits, CreditsError};
 pub use email::{Email, EmailError};
-pub use ids::{ApiTokenId, AssetId, AttemptId, JobId, LedgerEntryId, ParkedId, UserId};
+pub use ids::{ApiTokenId, AssetId, AttemptId, DecisionId, JobId, LedgerEntryId, ParkedId, UserId};
 pub use job::{
     parse_request, quote, FieldErrors, ImageEdit, JobKind, JobRequest, JobStatus, Quote,
     RawImageEdit, RawTarget, RawVideo, Target, Video,
 };
 pub use ledger::{LedgerKind, UnknownLedgerKind};
 pub use money::{Usd, UsdError, USD_SCALE};
+pub use parked::{ParkedStage, ParkedState, RecoveryState, ReviewAction};
 pub use password::{Password, PasswordError, PASSWORD_LEN_MAX, PASSWORD_LEN_MIN};
 pub use progress::{Progress, Readiness, Review, Step, StoredOutput, Verdict};
 pub use role::{Role, UnknownRole};

@@ -2,7 +2,8 @@
 //! or, without a file, the built-in local models. Each entry says which
 //! provider serves it, what it costs, and the attempt runner's policy for
 //! it: attempts, fallback, prediction window, backoff, and what to do when
-//! a request may have been accepted without an answer (`on_uncertain`).
+//! a request may have been accepted without an answer (`on_uncertain`) or
+//! the provider reported it failed (`on_failure`).
 //! What a provider honours (idempotency keys, lookup by key) is declared
 //! here, never guessed.
 
@@ -28,6 +29,18 @@ pub enum OnUncertain {
     Park,
     /// Failed and refunded to the user; the budget hold stays booked.
     Refund,
+}
+
+/// What happens to a job whose generation the provider reported failed,
+/// once the model's attempts and fallbacks are spent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnFailure {
+    /// Failed and refunded to the user.
+    Refund,
+    /// Parked in `generation_failed` for a reviewer, who may accept the
+    /// failure or order a new attempt.
+    Park,
 }
 
 /// Why the chain may move on to the next model.
@@ -58,6 +71,7 @@ pub struct ModelSpec {
     pub durations_s: Vec<u32>,
     pub attempts: u32,
     pub on_uncertain: OnUncertain,
+    pub on_failure: OnFailure,
     pub default: bool,
     /// A repeated `Idempotency-Key` is not paid again.
     pub idempotency: bool,
@@ -285,6 +299,7 @@ fn local_spec(
         durations_s,
         attempts: 3,
         on_uncertain: OnUncertain::Park,
+        on_failure: OnFailure::Refund,
         default: false,
         idempotency: false,
         lookup: false,
@@ -320,6 +335,7 @@ struct RawModel {
     durations_s: Option<Vec<u32>>,
     attempts: Option<u32>,
     on_uncertain: Option<OnUncertain>,
+    on_failure: Option<OnFailure>,
     #[serde(default)]
     default: bool,
     #[serde(default)]
@@ -603,6 +619,7 @@ pub fn parse(
             durations_s: raw.durations_s.unwrap_or_else(|| vec![2, 3, 5]),
             attempts,
             on_uncertain: raw.on_uncertain.unwrap_or(OnUncertain::Park),
+            on_failure: raw.on_failure.unwrap_or(OnFailure::Refund),
             default: raw.default,
             idempotency: raw.idempotency,
             lookup: raw.lookup,

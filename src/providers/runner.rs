@@ -25,7 +25,7 @@
 //!
 //! The output goes to the job's one key, put-if-absent (rule 8).
 
-use super::config::{FallbackReason, ModelSpec, OnUncertain};
+use super::config::{FallbackReason, ModelSpec, OnFailure, OnUncertain};
 use super::{Cost, ErrorClass, Finished, Input, Lookup, Poll, Provider, ProviderError, Submission};
 use crate::engine::Run;
 use crate::model::{
@@ -106,12 +106,19 @@ pub async fn generate(run: &mut Run<'_>) -> StoreResult<Generated> {
         ));
     }
     // A job's first claim cannot have attempts yet: no read needed.
-    let previous = if run.claim.token > 1 {
-        run.t.store().attempts(job.id).await?
+    let (previous, resumed_until) = if run.claim.token > 1 {
+        (
+            run.t.store().attempts(job.id).await?,
+            resumed_until(run.t, job.id).await?,
+        )
     } else {
-        Vec::new()
+        (Vec::new(), None)
     };
-    let mut r = Runner { run, key };
+    let mut r = Runner {
+        run,
+        key,
+        resumed_until,
+    };
 
     // Rule 8: an output this job already stored means no new call.
     if let Some(done) = r.existing_output(&previous).await? {
@@ -173,6 +180,23 @@ pub async fn generate(run: &mut Run<'_>) -> StoreResult<Generated> {
     r.chain(&chain, previous, after).await
 }
 
+/// When a reviewer's `resume_poll` that this run carries out gives up.
+async fn resumed_until(
+    t: &crate::Tollgate,
+    job: crate::model::JobId,
+) -> StoreResult<Option<DateTime<Utc>>> {
+    let Some(record) = t.store().parked_for_job(job).await? else {
+        return Ok(None);
+    };
+    Ok(t.store()
+        .decisions(record.id)
+        .await?
+        .into_iter()
+        .rfind(|d| d.round == record.round)
+        .and_then(|d| d.recovery)
+        .and_then(|r| r.deadline))
+}
+
 /// What recovering a dead run's attempts leaves for the chain.
 #[derive(Default)]
 struct Recovered {
@@ -222,6 +246,9 @@ fn since(at: DateTime<Utc>) -> Duration {
 struct Runner<'r, 'a> {
     run: &'r mut Run<'a>,
     key: ObjectKey,
+    /// A reviewer resumed status checks: they run until then, however long
+    /// ago the attempt started.
+    resumed_until: Option<DateTime<Utc>>,
 }
 
 impl Runner<'_, '_> {
@@ -263,6 +290,8 @@ impl Runner<'_, '_> {
                     model: Some(a.model.clone()),
                     provider_job_id: a.provider_job_id.clone(),
                     attempt_id: Some(a.id),
+                    polls: 0,
+                    deliveries: 0,
                 }))
             }
         }
@@ -352,12 +381,15 @@ impl Runner<'_, '_> {
                 return Ok(Generated::Released);
             }
         }
-        Ok(Generated::Parked(parked(
-            ParkedStage::DeliveryExhausted,
-            spec,
-            a,
-            json!({"reason": "The output could not be fetched again.", "last_error": last}),
-        )))
+        Ok(Generated::Parked(NewParked {
+            deliveries: DELIVERY_TRIES as i32,
+            ..parked(
+                ParkedStage::DeliveryExhausted,
+                spec,
+                a,
+                json!({"reason": "The output could not be fetched again.", "last_error": last}),
+            )
+        }))
     }
 
     /// Downloads the output and stores it at the job's key, put-if-absent.
@@ -418,12 +450,15 @@ impl Runner<'_, '_> {
                 }
             }
         }
-        Ok(Generated::Parked(parked(
-            ParkedStage::DeliveryExhausted,
-            spec,
-            a,
-            json!({"reason": "The output exists at the provider but could not be stored.", "last_error": last}),
-        )))
+        Ok(Generated::Parked(NewParked {
+            deliveries: DELIVERY_TRIES as i32,
+            ..parked(
+                ParkedStage::DeliveryExhausted,
+                spec,
+                a,
+                json!({"reason": "The output exists at the provider but could not be stored.", "last_error": last}),
+            )
+        }))
     }
 
     /// Rule 7 (b): the provider accepted the attempt under this id; written
@@ -455,11 +490,20 @@ impl Runner<'_, '_> {
         let mut wait = first;
         let mut last_error = None;
         let mut pending = 0u32;
+        let mut polls = 0i32;
+        // Polling time counts from the attempt's start, or from a
+        // reviewer's decision to resume it.
+        let deadline = {
+            let own = a.started_at
+                + chrono::Duration::from_std(spec.poll_timeout).unwrap_or(chrono::Duration::MAX);
+            self.resumed_until.map_or(own, |d| d.max(own))
+        };
         loop {
             if self.run.pause(wait).await {
                 return Ok(Attempted::Released);
             }
             wait = every;
+            polls += 1;
             match self.provider(spec).poll(spec, id).await {
                 Ok(Poll::Pending) => {
                     // Cancelled or reclaimed meanwhile: stop waiting. The
@@ -482,15 +526,18 @@ impl Runner<'_, '_> {
                 // The prediction was accepted and may be billed in full;
                 // refused status checks prove nothing about it.
                 Err(e) if e.class == ErrorClass::Auth => {
-                    return Ok(Attempted::Parked(parked(
-                        ParkedStage::PollingExhausted,
-                        spec,
-                        a,
-                        json!({
-                            "reason": "The provider refused our credentials while we checked an accepted prediction; it may still be billed.",
-                            "last_error": e.message,
-                        }),
-                    )))
+                    return Ok(Attempted::Parked(NewParked {
+                        polls,
+                        ..parked(
+                            ParkedStage::PollingExhausted,
+                            spec,
+                            a,
+                            json!({
+                                "reason": "The provider refused our credentials while we checked an accepted prediction; it may still be billed.",
+                                "last_error": e.message,
+                            }),
+                        )
+                    }))
                 }
                 Err(e) => {
                     if let Some(after) = e.retry_after {
@@ -499,16 +546,19 @@ impl Runner<'_, '_> {
                     last_error = Some(e.message);
                 }
             }
-            if since(a.started_at) > spec.poll_timeout {
-                return Ok(Attempted::Parked(parked(
-                    ParkedStage::PollingExhausted,
-                    spec,
-                    a,
-                    json!({
-                        "reason": format!("No final status after {} s of polling.", spec.poll_timeout.as_secs()),
-                        "last_error": last_error,
-                    }),
-                )));
+            if Utc::now() > deadline {
+                return Ok(Attempted::Parked(NewParked {
+                    polls,
+                    ..parked(
+                        ParkedStage::PollingExhausted,
+                        spec,
+                        a,
+                        json!({
+                            "reason": format!("No final status after {polls} status checks ({} s of polling allowed).", spec.poll_timeout.as_secs()),
+                            "last_error": last_error,
+                        }),
+                    )
+                }));
             }
         }
     }
@@ -711,6 +761,8 @@ impl Runner<'_, '_> {
     ) -> StoreResult<Generated> {
         let job = self.run.job().id;
         let mut last: Option<ProviderError> = recovered.last;
+        // The attempt that failed last, and its model's place in the chain.
+        let mut failed_last: Option<(usize, Attempt)> = None;
         for (i, spec) in chain.iter().enumerate() {
             let mut used = previous
                 .iter()
@@ -762,6 +814,7 @@ impl Runner<'_, '_> {
                 let Some(error) = failed else {
                     continue;
                 };
+                failed_last = Some((i, a.clone()));
                 let can_leave =
                     |r: FallbackReason| i + 1 < chain.len() && chain[0].fallback_on.contains(&r);
                 match error.class {
@@ -797,6 +850,22 @@ impl Runner<'_, '_> {
                 break;
             }
             tracing::info!(%job, from = %spec.id, to = %chain[i + 1].id, reason = ?leave, "falling back to the next model");
+        }
+        // The provider said it failed and the model's policy is to park:
+        // a reviewer accepts the failure or orders a new attempt.
+        if let (Some(e), Some((i, a))) = (&last, &failed_last) {
+            let spec = &chain[*i];
+            if e.class == ErrorClass::Failed && spec.on_failure == OnFailure::Park {
+                return Ok(Generated::Parked(parked(
+                    ParkedStage::GenerationFailed,
+                    spec,
+                    a,
+                    json!({
+                        "reason": "The provider reported the generation failed; by this model's policy a reviewer decides what happens next.",
+                        "last_error": e.message,
+                    }),
+                )));
+            }
         }
         Ok(match last {
             Some(e) => stop(&e),
@@ -844,7 +913,19 @@ fn stop(e: &ProviderError) -> Generated {
     }))
 }
 
-fn parked(stage: ParkedStage, spec: &ModelSpec, a: &Attempt, evidence: Value) -> NewParked {
+/// A park of attempt `a`: the evidence says why, and always what was sent,
+/// when, under which key, and how long it has been.
+fn parked(stage: ParkedStage, spec: &ModelSpec, a: &Attempt, mut evidence: Value) -> NewParked {
+    evidence["attempt"] = json!({
+        "attempt_no": a.attempt_no,
+        "model": spec.id,
+        "provider": spec.provider_name(),
+        "endpoint": spec.endpoint,
+        "sent_at": a.started_at,
+        "idempotency_key": a.idempotency_key,
+        "provider_job_id": a.provider_job_id,
+    });
+    evidence["waited_s"] = json!(since(a.started_at).as_secs());
     NewParked {
         stage,
         evidence,
@@ -852,6 +933,8 @@ fn parked(stage: ParkedStage, spec: &ModelSpec, a: &Attempt, evidence: Value) ->
         model: Some(spec.id.clone()),
         provider_job_id: a.provider_job_id.clone(),
         attempt_id: Some(a.id),
+        polls: 0,
+        deliveries: 0,
     }
 }
 

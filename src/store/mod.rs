@@ -15,14 +15,14 @@ mod sqlite;
 pub use postgres::PgDoorbell;
 pub use records::{
     ApiToken, Applied, Asset, Attempt, AttemptFilter, AttemptListed, AttemptOutcome, BudgetChange,
-    BudgetChangeKind, BudgetChangeListed, BudgetDay, Claim, Exposure, Finish, Hold, Job, JobCursor,
-    JobEvent, JobFilter, LedgerEntry, MetricsSnapshot, NewApiToken, NewAsset, NewAttempt, NewJob,
-    NewLedgerEntry, NewParked, NewUser, Op, Parked, ParkedStage, Purpose, SpendRow, Submitted,
-    Unit, User,
+    BudgetChangeKind, BudgetChangeListed, BudgetDay, Claim, Decided, Decision, Exposure, Finish,
+    Hold, Job, JobCursor, JobEvent, JobFilter, LedgerEntry, MetricsSnapshot, NewApiToken, NewAsset,
+    NewAttempt, NewDecision, NewJob, NewLedgerEntry, NewParked, NewUser, Op, Parked, ParkedCount,
+    ParkedFilter, ParkedStage, Purpose, Recovery, SpendRow, Submitted, Unit, User,
 };
 pub use sessions::SessionBackend;
 
-use crate::model::{ApiTokenId, AssetId, Credits, JobId, Role, Usd, UserId};
+use crate::model::{ApiTokenId, AssetId, Credits, JobId, ParkedId, Role, Usd, UserId};
 use chrono::{DateTime, NaiveDate, Utc};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -426,18 +426,54 @@ impl Store {
         out.pop().unwrap_or(Err(StoreError::NotFound))
     }
 
-    /// Parked records, newest first: open ones, optionally of one stage.
-    pub async fn list_parked(
-        &self,
-        stage: Option<ParkedStage>,
-        limit: i64,
-    ) -> StoreResult<Vec<Parked>> {
-        dispatch!(self, s => s.list_parked(stage, limit).await)
+    /// Parked records, oldest first, filtered, after a cursor.
+    pub async fn list_parked(&self, filter: &ParkedFilter) -> StoreResult<Vec<Parked>> {
+        dispatch!(self, s => s.list_parked(filter).await)
     }
 
-    /// The job's open parked record, if it has one.
+    pub async fn parked(&self, id: ParkedId) -> StoreResult<Option<Parked>> {
+        dispatch!(self, s => s.parked(id).await)
+    }
+
+    /// The job's one record that is not closed, if it has one.
     pub async fn parked_for_job(&self, job: JobId) -> StoreResult<Option<Parked>> {
         dispatch!(self, s => s.parked_for_job(job).await)
+    }
+
+    /// The job's records, newest first, closed ones included.
+    pub async fn parked_of_job(&self, job: JobId) -> StoreResult<Vec<Parked>> {
+        dispatch!(self, s => s.parked_of_job(job).await)
+    }
+
+    /// Records that are not closed, by stage and state.
+    pub async fn parked_counts(&self) -> StoreResult<Vec<ParkedCount>> {
+        dispatch!(self, s => s.parked_counts().await)
+    }
+
+    /// Seconds from parking to decision, for decisions since `since`.
+    pub async fn decision_latencies(&self, since: DateTime<Utc>) -> StoreResult<Vec<f64>> {
+        dispatch!(self, s => s.decision_latencies(since).await)
+    }
+
+    /// A record's decisions, oldest first.
+    pub async fn decisions(&self, parked: ParkedId) -> StoreResult<Vec<Decision>> {
+        dispatch!(self, s => s.decisions(parked).await)
+    }
+
+    /// Rule 12: records a decision and applies it, in one transaction.
+    pub async fn decide(&self, decision: &NewDecision) -> StoreResult<Decided> {
+        dispatch!(self, s => s.decide(decision).await)
+    }
+
+    /// A note on a parked record's job timeline; the detail written.
+    pub async fn note_parked(
+        &self,
+        parked: ParkedId,
+        by: &crate::model::Email,
+        text: &str,
+        at: DateTime<Utc>,
+    ) -> StoreResult<JobEvent> {
+        dispatch!(self, s => s.note_parked(parked, by, text, at).await)
     }
 
     /// On PostgreSQL, a listener for the doorbells every node rings when a

@@ -1,9 +1,10 @@
 //! The rows the store reads and writes, in domain types.
 
+pub use crate::model::ParkedStage;
 use crate::model::{
-    ApiTokenId, AssetId, AttemptEnd, AttemptId, AttemptState, CostSource, Credits, Email, JobId,
-    JobKind, JobRequest, JobStatus, LedgerEntryId, LedgerKind, ParkedId, Progress,
-    Purpose as AttemptPurpose, Review, Role, Usd, UserId,
+    ApiTokenId, AssetId, AttemptEnd, AttemptId, AttemptState, CostSource, Credits, DecisionId,
+    Email, JobId, JobKind, JobRequest, JobStatus, LedgerEntryId, LedgerKind, ParkedId, ParkedState,
+    Progress, Purpose as AttemptPurpose, RecoveryState, Review, ReviewAction, Role, Usd, UserId,
 };
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -107,6 +108,8 @@ pub struct Job {
     pub review: Option<Review>,
     /// The typed outputs of the steps completed so far (rule 6).
     pub progress: Progress,
+    /// The job a reviewer's `new_attempt` made this one to replace.
+    pub replaces: Option<JobId>,
 }
 
 #[derive(Clone, Debug)]
@@ -403,41 +406,6 @@ pub struct MetricsSnapshot {
 }
 
 /// Where parked work stands (rule 12's stages).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ParkedStage {
-    /// A request may have been accepted; no answer.
-    SubmissionUncertain,
-    /// A provider job id exists; status checks ran out.
-    PollingExhausted,
-    /// The output exists at the provider; storing it failed.
-    DeliveryExhausted,
-    /// The provider said it failed.
-    GenerationFailed,
-}
-
-impl ParkedStage {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ParkedStage::SubmissionUncertain => "submission_uncertain",
-            ParkedStage::PollingExhausted => "polling_exhausted",
-            ParkedStage::DeliveryExhausted => "delivery_exhausted",
-            ParkedStage::GenerationFailed => "generation_failed",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<ParkedStage> {
-        [
-            ParkedStage::SubmissionUncertain,
-            ParkedStage::PollingExhausted,
-            ParkedStage::DeliveryExhausted,
-            ParkedStage::GenerationFailed,
-        ]
-        .into_iter()
-        .find(|p| p.as_str() == s)
-    }
-}
-
 /// What a run records when it parks a job.
 #[derive(Clone, Debug)]
 pub struct NewParked {
@@ -447,23 +415,132 @@ pub struct NewParked {
     pub model: Option<String>,
     pub provider_job_id: Option<String>,
     pub attempt_id: Option<AttemptId>,
+    /// Status checks and output downloads tried before it parked.
+    pub polls: i32,
+    pub deliveries: i32,
 }
 
-/// A parked record, with the hold it keeps.
+/// A parked record, with what its job may have spent and still holds.
 #[derive(Clone, Debug, Serialize)]
 pub struct Parked {
     pub id: ParkedId,
     pub job_id: JobId,
     pub stage: ParkedStage,
-    pub open: bool,
+    pub state: ParkedState,
+    /// Which decision round the record is in: each round has at most one
+    /// decision; a failed recovery or a reconcile starts the next.
+    pub round: i32,
     pub evidence: serde_json::Value,
     pub provider: Option<String>,
     pub model: Option<String>,
     pub provider_job_id: Option<String>,
     pub attempt_id: Option<AttemptId>,
+    pub polls: i32,
+    pub deliveries: i32,
     /// Budget its attempts still hold (None when they hold nothing).
     pub hold_usd: Option<Usd>,
+    /// What may already have been spent: every known cost of the job's
+    /// attempts plus the estimate held for each whose cost is unknown.
+    pub exposure_usd: Usd,
+    /// The job's owner and state, for the queue.
+    pub user_email: Email,
+    pub job_status: JobStatus,
     pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// Which parked records a list shows.
+#[derive(Clone, Debug, Default)]
+pub struct ParkedFilter {
+    pub stage: Option<ParkedStage>,
+    /// `None`: every record that is not closed.
+    pub state: Option<ParkedState>,
+    pub model: Option<String>,
+    /// Only records parked before this time.
+    pub parked_before: Option<DateTime<Utc>>,
+    /// Where a page starts: after this (created_at, id).
+    pub after: Option<(DateTime<Utc>, ParkedId)>,
+    pub limit: i64,
+}
+
+/// A reviewer's decision on a parked record (rule 12).
+#[derive(Clone, Debug, Serialize)]
+pub struct Decision {
+    pub id: DecisionId,
+    pub parked_id: ParkedId,
+    pub round: i32,
+    pub action: ReviewAction,
+    pub evidence: String,
+    pub reviewer: UserId,
+    pub reviewer_email: Email,
+    pub decided_at: DateTime<Utc>,
+    pub refund: Option<bool>,
+    pub release_hold: Option<bool>,
+    pub provider_job_id: Option<String>,
+    pub new_job_id: Option<JobId>,
+    pub duplicate_cost_usd: Option<Usd>,
+    /// For `resume_poll` and `retry_delivery`: the recovery a worker claims.
+    pub recovery: Option<Recovery>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Recovery {
+    pub state: RecoveryState,
+    /// Claims made of it so far (a run that dies and is reclaimed counts again).
+    pub attempts: i32,
+    /// The fencing token of the run that holds it.
+    pub token: Option<i64>,
+    /// Status checks resumed by it run until then.
+    pub deadline: Option<DateTime<Utc>>,
+    pub ended_at: Option<DateTime<Utc>>,
+}
+
+/// What a reviewer decides, as the engine checked it.
+#[derive(Clone, Debug)]
+pub struct NewDecision {
+    pub id: DecisionId,
+    pub parked_id: ParkedId,
+    pub action: ReviewAction,
+    pub evidence: String,
+    pub reviewer: UserId,
+    pub decided_at: DateTime<Utc>,
+    pub refund: Option<bool>,
+    pub release_hold: Option<bool>,
+    pub provider_job_id: Option<String>,
+    /// When the resumed status checks give up (resume_poll).
+    pub recovery_deadline: Option<DateTime<Utc>>,
+    /// For `new_attempt`: the new job's id (it copies the original's
+    /// request and price, without an idempotency key).
+    pub new_job: Option<JobId>,
+    /// For `accept_failure` and `new_attempt`: the error the job ends with.
+    pub failure: Option<serde_json::Value>,
+}
+
+/// What a decision came to.
+#[derive(Clone, Debug)]
+pub enum Decided {
+    /// Recorded now, with everything it does, in one transaction.
+    Created(Decision),
+    /// The same decision was already recorded: the first one.
+    Existing(Decision),
+    /// Another decision stands for this record.
+    Conflict(Decision),
+    /// The record's stage does not permit the action.
+    NotAllowed(ParkedStage),
+    /// The job moved on meanwhile (it is no longer parked, or its attempt
+    /// no longer waits for an id): nothing was written.
+    Stale(String),
+    /// The record closed without a decision (its job was cancelled).
+    Closed,
+}
+
+/// Records that are not closed, of one stage and state.
+#[derive(Clone, Debug)]
+pub struct ParkedCount {
+    pub stage: ParkedStage,
+    pub state: ParkedState,
+    pub count: i64,
+    pub oldest: DateTime<Utc>,
 }
 
 /// One row of the spend rollup: what the attempts of a day, provider, model

@@ -157,8 +157,8 @@ impl Backend {
     }
 
     /// Rule 9: cancels only a job that is not terminal; in the same
-    /// transaction its parked record closes, it is refunded (rule 3) and
-    /// its holds are settled (the `jobs_ended` trigger). `None` when it was
+    /// transaction it is refunded (rule 3), its holds are settled (the
+    /// `jobs_ended` trigger) and its parked record closes (`jobs_parked_closed`). `None` when it was
     /// already terminal.
     pub async fn cancel_job(&self, id: JobId, at: DateTime<Utc>) -> StoreResult<Option<Job>> {
         let mut tx = self.writer.begin().await?;
@@ -174,10 +174,10 @@ impl Backend {
         else {
             return Ok(None);
         };
-        close_parked(&mut tx, id).await?;
+        // Its parked record closes by the jobs_parked_closed trigger.
         refund_in(&mut tx, id, at).await?;
         tx.commit().await?;
-        self.committed(Purpose::Other, 4);
+        self.committed(Purpose::Other, 3);
         job_from_row(&row).map(Some)
     }
 
@@ -255,15 +255,6 @@ impl Backend {
         row.map(|r| Ok((r.try_get("output_key")?, r.try_get("output_content_type")?)))
             .transpose()
     }
-}
-
-/// A job that ends while parked no longer waits for a decision.
-pub(super) async fn close_parked(conn: &mut Conn, job: JobId) -> StoreResult<()> {
-    sqlx::query("UPDATE parked SET state = 'closed' WHERE job_id = $1 AND state = 'open'")
-        .bind(job.0)
-        .execute(conn)
-        .await?;
-    Ok(())
 }
 
 /// Rule 3, the one refund: its reference is derived from the job, it is

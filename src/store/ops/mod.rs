@@ -9,15 +9,16 @@
 mod accounts;
 mod claims;
 mod jobs;
+mod parked;
 mod reads;
 mod spend;
 mod units;
 
 use super::{Backend, Db};
 use crate::model::{
-    ApiTokenId, AssetId, AttemptId, AttemptState, CostSource, Credits, Email, JobId, JobKind,
-    JobRequest, JobStatus, LedgerEntryId, LedgerKind, ParkedId, Progress,
-    Purpose as AttemptPurpose, Review, Role, UserId,
+    ApiTokenId, AssetId, AttemptId, AttemptState, CostSource, Credits, DecisionId, Email, JobId,
+    JobKind, JobRequest, JobStatus, LedgerEntryId, LedgerKind, ParkedId, ParkedState, Progress,
+    Purpose as AttemptPurpose, RecoveryState, Review, ReviewAction, Role, UserId,
 };
 use crate::store::records::*;
 use crate::store::{StoreError, StoreResult};
@@ -51,16 +52,29 @@ const LEDGER_COLUMNS: &str = "id, user_id, amount, kind, reference, actor_id, re
 const ASSET_COLUMNS: &str =
     "id, user_id, sha256, content_type, width, height, bytes, object_key, created_at";
 const JOB_COLUMNS: &str = "id, user_id, kind, status, request, request_sha256, idempotency_key, \
-     credits, estimated_usd, error, created_at, completed_at, output_content_type, review, progress";
+     credits, estimated_usd, error, created_at, completed_at, output_content_type, review, progress, \
+     replaces";
 const ATTEMPT_COLUMNS: &str = "id, job_id, purpose, provider, endpoint, model, attempt_no, state, \
      idempotency_key, provider_job_id, error_class, error, duration_ms, usage, cost_usd, cost_source, \
      hold_usd, budget_day, settled_usd, started_at, finished_at";
 const DAY_COLUMNS: &str =
     "day, cap_usd, used_usd, reserved_usd, halted, halted_reason, halted_by, halted_at";
-const PARKED_COLUMNS: &str = "p.id, p.job_id, p.stage, p.state, p.evidence, p.provider, p.model, \
-     p.provider_job_id, p.attempt_id, p.created_at, \
+const PARKED_COLUMNS: &str = "p.id, p.job_id, p.stage, p.state, p.round, p.evidence, p.provider, \
+     p.model, p.provider_job_id, p.attempt_id, p.polls, p.deliveries, p.created_at, p.updated_at, \
+     u.email AS user_email, j.status AS job_status, \
      (SELECT sum(a.hold_usd) FROM attempts a WHERE a.job_id = p.job_id AND a.hold_usd IS NOT NULL \
-      AND a.settled_usd IS NULL) AS hold_usd";
+      AND a.settled_usd IS NULL) AS hold_usd, \
+     (SELECT COALESCE(sum(COALESCE(a.cost_usd, a.hold_usd)), 0) FROM attempts a \
+      WHERE a.job_id = p.job_id) AS exposure_usd";
+/// What `PARKED_COLUMNS` reads from.
+const PARKED_FROM: &str =
+    "parked p JOIN jobs j ON j.id = p.job_id JOIN users u ON u.id = j.user_id";
+const DECISION_COLUMNS: &str = "d.id, d.parked_id, d.round, d.action, d.evidence, d.reviewer, \
+     d.decided_at, d.refund, d.release_hold, d.provider_job_id, d.new_job_id, d.duplicate_cost_usd, \
+     d.recovery_state, d.recovery_attempts, d.recovery_token, d.recovery_deadline, d.recovery_ended_at, \
+     r.email AS reviewer_email";
+/// What `DECISION_COLUMNS` reads from.
+const DECISION_FROM: &str = "parked_decisions d JOIN users r ON r.id = d.reviewer";
 
 fn corrupt(e: impl std::fmt::Display) -> StoreError {
     StoreError::Corrupt(e.to_string())
@@ -142,6 +156,7 @@ fn job_from_row(row: &Row) -> StoreResult<Job> {
         output_content_type: row.try_get("output_content_type")?,
         review: review.map(|r| r.0),
         progress: progress.map(|p| p.0).unwrap_or_default(),
+        replaces: row.try_get::<Option<uuid::Uuid>, _>("replaces")?.map(JobId),
     })
 }
 
@@ -193,20 +208,60 @@ fn day_from_row(r: &Row) -> StoreResult<BudgetDay> {
 
 fn parked_from_row(r: &Row) -> StoreResult<Parked> {
     let stage: String = r.try_get("stage")?;
+    let state: String = r.try_get("state")?;
+    let status: String = r.try_get("job_status")?;
     let evidence: Json<serde_json::Value> = r.try_get("evidence")?;
     let attempt: Option<uuid::Uuid> = r.try_get("attempt_id")?;
     Ok(Parked {
         id: ParkedId(r.try_get("id")?),
         job_id: JobId(r.try_get("job_id")?),
         stage: ParkedStage::parse(&stage).ok_or_else(|| corrupt(&stage))?,
-        open: r.try_get::<String, _>("state")? == "open",
+        state: ParkedState::parse(&state).ok_or_else(|| corrupt(&state))?,
+        round: r.try_get("round")?,
         evidence: evidence.0,
         provider: r.try_get("provider")?,
         model: r.try_get("model")?,
         provider_job_id: r.try_get("provider_job_id")?,
         attempt_id: attempt.map(AttemptId),
+        polls: r.try_get("polls")?,
+        deliveries: r.try_get("deliveries")?,
         hold_usd: r.try_get("hold_usd")?,
+        exposure_usd: r.try_get("exposure_usd")?,
+        user_email: Email::from_stored(r.try_get("user_email")?),
+        job_status: JobStatus::parse(&status).ok_or_else(|| corrupt(&status))?,
         created_at: r.try_get("created_at")?,
+        updated_at: r.try_get("updated_at")?,
+    })
+}
+
+fn decision_from_row(r: &Row) -> StoreResult<Decision> {
+    let action: String = r.try_get("action")?;
+    let recovery: Option<String> = r.try_get("recovery_state")?;
+    let recovery = match recovery {
+        None => None,
+        Some(state) => Some(Recovery {
+            state: RecoveryState::parse(&state).ok_or_else(|| corrupt(&state))?,
+            attempts: r.try_get("recovery_attempts")?,
+            token: r.try_get("recovery_token")?,
+            deadline: r.try_get("recovery_deadline")?,
+            ended_at: r.try_get("recovery_ended_at")?,
+        }),
+    };
+    Ok(Decision {
+        id: DecisionId(r.try_get("id")?),
+        parked_id: ParkedId(r.try_get("parked_id")?),
+        round: r.try_get("round")?,
+        action: ReviewAction::parse(&action).ok_or_else(|| corrupt(&action))?,
+        evidence: r.try_get("evidence")?,
+        reviewer: UserId(r.try_get("reviewer")?),
+        reviewer_email: Email::from_stored(r.try_get("reviewer_email")?),
+        decided_at: r.try_get("decided_at")?,
+        refund: r.try_get("refund")?,
+        release_hold: r.try_get("release_hold")?,
+        provider_job_id: r.try_get("provider_job_id")?,
+        new_job_id: r.try_get::<Option<uuid::Uuid>, _>("new_job_id")?.map(JobId),
+        duplicate_cost_usd: r.try_get("duplicate_cost_usd")?,
+        recovery,
     })
 }
 

@@ -163,41 +163,6 @@ impl Backend {
             .collect()
     }
 
-    /// Open parked records, newest first, optionally of one stage.
-    pub async fn list_parked(
-        &self,
-        stage: Option<ParkedStage>,
-        limit: i64,
-    ) -> StoreResult<Vec<Parked>> {
-        let sql = match stage {
-            Some(_) => format!(
-                "SELECT {PARKED_COLUMNS} FROM parked p WHERE p.state = 'open' AND p.stage = $2 \
-                 ORDER BY p.created_at DESC LIMIT $1"
-            ),
-            None => format!(
-                "SELECT {PARKED_COLUMNS} FROM parked p WHERE p.state = 'open' ORDER BY p.created_at DESC LIMIT $1"
-            ),
-        };
-        let mut q = sqlx::query(&sql).bind(limit);
-        if let Some(s) = stage {
-            q = q.bind(s.as_str());
-        }
-        let rows = q.fetch_all(&self.reader).await?;
-        rows.iter().map(parked_from_row).collect()
-    }
-
-    /// The job's open parked record, if it has one.
-    pub async fn parked_for_job(&self, job: JobId) -> StoreResult<Option<Parked>> {
-        let sql = format!(
-            "SELECT {PARKED_COLUMNS} FROM parked p WHERE p.job_id = $1 AND p.state = 'open'"
-        );
-        let row = sqlx::query(&sql)
-            .bind(job.0)
-            .fetch_optional(&self.reader)
-            .await?;
-        row.as_ref().map(parked_from_row).transpose()
-    }
-
     /// Counts for /metrics, read at scrape time.
     pub async fn metrics_snapshot(&self) -> StoreResult<MetricsSnapshot> {
         let jobs_by_status =

@@ -467,11 +467,17 @@ async fn end_job(
                 return Ok(None);
             };
             *statements += 1;
-            sqlx::query(
-                "INSERT INTO parked (id, job_id, stage, evidence, provider, model, provider_job_id, \
-                 attempt_id, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+            let now = Utc::now();
+            // A recovery that parks again returns its record to the queue in
+            // the next round (its failure goes on the timeline); otherwise
+            // the job gets its one new record.
+            let reopened = sqlx::query(
+                "UPDATE parked SET state = 'open', stage = $2, evidence = $3, \
+                 provider = COALESCE($4, provider), model = COALESCE($5, model), \
+                 provider_job_id = COALESCE($6, provider_job_id), attempt_id = COALESCE($7, attempt_id), \
+                 polls = polls + $8, deliveries = deliveries + $9, round = round + 1, updated_at = $10 \
+                 WHERE job_id = $1 AND state IN ('decided', 'recovering') RETURNING id, round",
             )
-            .bind(uuid::Uuid::new_v4())
             .bind(job.0)
             .bind(p.stage.as_str())
             .bind(Json(&p.evidence))
@@ -479,9 +485,50 @@ async fn end_job(
             .bind(&p.model)
             .bind(&p.provider_job_id)
             .bind(p.attempt_id.map(|a| a.0))
-            .bind(Utc::now())
-            .execute(&mut *conn)
+            .bind(p.polls)
+            .bind(p.deliveries)
+            .bind(now)
+            .fetch_optional(&mut *conn)
             .await?;
+            *statements += 1;
+            if let Some(r) = reopened {
+                let (parked, round): (uuid::Uuid, i32) = (r.try_get("id")?, r.try_get("round")?);
+                sqlx::query(
+                    "UPDATE parked_decisions SET recovery_state = 'failed', recovery_ended_at = $3 \
+                     WHERE parked_id = $1 AND round = $2 AND recovery_state IN ('pending', 'claimed')",
+                )
+                .bind(parked)
+                .bind(round - 1)
+                .bind(now)
+                .execute(&mut *conn)
+                .await?;
+                *statements += 1;
+                events.push(Event {
+                    job,
+                    kind: "recovery_failed".into(),
+                    detail: serde_json::json!({"stage": p.stage.as_str(), "reason": p.evidence["reason"]}),
+                });
+            } else {
+                sqlx::query(
+                    "INSERT INTO parked (id, job_id, stage, evidence, provider, model, provider_job_id, \
+                     attempt_id, polls, deliveries, created_at, updated_at) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11)",
+                )
+                .bind(uuid::Uuid::new_v4())
+                .bind(job.0)
+                .bind(p.stage.as_str())
+                .bind(Json(&p.evidence))
+                .bind(&p.provider)
+                .bind(&p.model)
+                .bind(&p.provider_job_id)
+                .bind(p.attempt_id.map(|a| a.0))
+                .bind(p.polls)
+                .bind(p.deliveries)
+                .bind(now)
+                .execute(&mut *conn)
+                .await?;
+                *statements += 1;
+            }
             // The timeline says why in words; the evidence is on the record.
             let mut detail =
                 serde_json::json!({"stage": p.stage.as_str(), "reason": p.evidence["reason"]});

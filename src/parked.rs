@@ -1,0 +1,429 @@
+//! Parked work, as reviewers meet it (rule 12): the queue, a record with its
+//! evidence, and decisions. What a person sends is checked here (the action
+//! against the stage, the evidence, the accounting choices); the decision
+//! and everything it does are written by the store in one transaction. The
+//! reviewer is always the caller, never a field of the request.
+
+use crate::error::{Error, Result};
+use crate::model::{
+    DecisionId, JobId, ParkedId, ParkedStage, ParkedState, ReviewAction, Role, Usd,
+};
+use crate::store::{
+    Attempt, Decided, Decision, JobEvent, NewDecision, Parked, ParkedCount, ParkedFilter, User,
+};
+use crate::Tollgate;
+use base64::Engine as _;
+use chrono::{DateTime, Utc};
+
+pub const PARKED_PAGE_MAX: i64 = 100;
+pub const EVIDENCE_LEN_MAX: usize = 5000;
+pub const PROVIDER_JOB_ID_LEN_MAX: usize = 200;
+/// Records one bulk decision may cover at most.
+pub const BULK_MAX: i64 = 500;
+
+/// What a list of records asks for, as the API and pages give it.
+#[derive(Clone, Debug, Default)]
+pub struct ParkedQuery {
+    pub stage: Option<String>,
+    pub state: Option<String>,
+    pub model: Option<String>,
+    /// Only records parked at least this many seconds ago.
+    pub min_age_s: Option<i64>,
+    pub cursor: Option<String>,
+    pub limit: Option<i64>,
+}
+
+/// What a reviewer decides, as sent.
+#[derive(Clone, Debug, Default)]
+pub struct DecisionRequest {
+    pub action: String,
+    pub evidence: String,
+    pub provider_job_id: Option<String>,
+    pub refund: Option<bool>,
+    pub release_hold: Option<bool>,
+}
+
+/// A record with everything a reviewer reads before deciding.
+#[derive(Clone, Debug)]
+pub struct ParkedView {
+    pub record: Parked,
+    pub attempts: Vec<Attempt>,
+    pub decisions: Vec<Decision>,
+    pub events: Vec<JobEvent>,
+}
+
+/// What one decision applied to many records came to.
+#[derive(Clone, Debug, Default)]
+pub struct BulkOutcome {
+    pub decided: Vec<(ParkedId, Decision)>,
+    /// Records that changed meanwhile (or refused the action), and why.
+    pub skipped: Vec<(ParkedId, String)>,
+}
+
+/// Text a person wrote: trimmed, required, bounded, printable (new lines
+/// and tabs allowed).
+pub fn checked_text(field: &str, text: &str, max: usize) -> Result<String> {
+    let text = text.trim();
+    if text.is_empty() {
+        return Err(Error::invalid(field, "say what you found; it is required"));
+    }
+    if text.chars().count() > max {
+        return Err(Error::invalid(field, format!("at most {max} characters")));
+    }
+    if text
+        .chars()
+        .any(|c| c.is_control() && c != '\n' && c != '\t' && c != '\r')
+    {
+        return Err(Error::invalid(field, "must not contain control characters"));
+    }
+    Ok(text.to_string())
+}
+
+fn parse_stage(raw: Option<&str>) -> Result<Option<ParkedStage>> {
+    raw.filter(|s| !s.is_empty())
+        .map(|s| {
+            ParkedStage::parse(s).ok_or_else(|| {
+                Error::invalid(
+                    "stage",
+                    "must be submission_uncertain, polling_exhausted, delivery_exhausted or generation_failed",
+                )
+            })
+        })
+        .transpose()
+}
+
+fn parse_state(raw: Option<&str>) -> Result<Option<ParkedState>> {
+    raw.filter(|s| !s.is_empty())
+        .map(|s| {
+            ParkedState::parse(s).ok_or_else(|| {
+                Error::invalid("state", "must be open, decided, recovering or closed")
+            })
+        })
+        .transpose()
+}
+
+fn encode_cursor(p: &Parked) -> String {
+    let raw = format!(
+        "{}|{}",
+        p.created_at
+            .to_rfc3339_opts(chrono::SecondsFormat::Nanos, true),
+        p.id
+    );
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw)
+}
+
+fn decode_cursor(c: &str) -> Result<(DateTime<Utc>, ParkedId)> {
+    let bad = || Error::invalid("cursor", "is not a cursor returned by this API");
+    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(c)
+        .map_err(|_| bad())?;
+    let raw = String::from_utf8(raw).map_err(|_| bad())?;
+    let (at, id) = raw.split_once('|').ok_or_else(bad)?;
+    Ok((
+        DateTime::parse_from_rfc3339(at)
+            .map_err(|_| bad())?
+            .with_timezone(&Utc),
+        id.parse().map_err(|_| bad())?,
+    ))
+}
+
+fn filter_of(q: &ParkedQuery, limit: i64) -> Result<ParkedFilter> {
+    let min_age = q.min_age_s.filter(|s| *s > 0);
+    if q.min_age_s
+        .is_some_and(|s| !(0..=10 * 365 * 86_400).contains(&s))
+    {
+        return Err(Error::invalid(
+            "min_age_s",
+            "must be 0 to ten years in seconds",
+        ));
+    }
+    let model = q.model.clone().filter(|m| !m.is_empty());
+    if model.as_ref().is_some_and(|m| m.len() > 200) {
+        return Err(Error::invalid("model", "at most 200 characters"));
+    }
+    Ok(ParkedFilter {
+        stage: parse_stage(q.stage.as_deref())?,
+        state: parse_state(q.state.as_deref())?,
+        model,
+        parked_before: min_age.map(|s| Utc::now() - chrono::Duration::seconds(s)),
+        after: q
+            .cursor
+            .as_deref()
+            .filter(|c| !c.is_empty())
+            .map(decode_cursor)
+            .transpose()?,
+        limit,
+    })
+}
+
+impl Tollgate {
+    /// The queue: records that are not closed (or of one state), oldest
+    /// first, a page at a time; the next page's cursor when there is one.
+    pub async fn parked_list(&self, q: &ParkedQuery) -> Result<(Vec<Parked>, Option<String>)> {
+        let limit = q.limit.unwrap_or(50);
+        if !(1..=PARKED_PAGE_MAX).contains(&limit) {
+            return Err(Error::invalid(
+                "limit",
+                format!("must be 1 to {PARKED_PAGE_MAX}"),
+            ));
+        }
+        let mut list = self.store().list_parked(&filter_of(q, limit + 1)?).await?;
+        let next = if list.len() as i64 > limit {
+            list.truncate(limit as usize);
+            list.last().map(encode_cursor)
+        } else {
+            None
+        };
+        Ok((list, next))
+    }
+
+    /// Counts of records that are not closed, by stage and state.
+    pub async fn parked_counts(&self) -> Result<Vec<ParkedCount>> {
+        Ok(self.store().parked_counts().await?)
+    }
+
+    /// A record with its job's attempts, its decisions and the timeline.
+    pub async fn parked_view(&self, id: ParkedId) -> Result<ParkedView> {
+        let record = self
+            .store()
+            .parked(id)
+            .await?
+            .ok_or(Error::NotFound("parked record"))?;
+        let (attempts, decisions, events) = tokio::try_join!(
+            self.store().attempts(record.job_id),
+            self.store().decisions(id),
+            self.store().job_events(record.job_id),
+        )?;
+        Ok(ParkedView {
+            record,
+            attempts,
+            decisions,
+            events,
+        })
+    }
+
+    /// A job's record that is not closed, if any (the end user's view).
+    pub async fn parked_of_job(&self, job: JobId) -> Result<Vec<Parked>> {
+        Ok(self.store().parked_of_job(job).await?)
+    }
+
+    /// Rule 12: records a reviewer's decision and applies it in one
+    /// transaction. `Ok((decision, true))` when it was made now; `false`
+    /// when the same decision was already recorded (the first is returned).
+    pub async fn decide(
+        &self,
+        reviewer: &User,
+        id: ParkedId,
+        req: &DecisionRequest,
+    ) -> Result<(Decision, bool)> {
+        if !reviewer.role.allows(Role::Reviewer) {
+            return Err(Error::Forbidden);
+        }
+        let action = ReviewAction::parse(&req.action).ok_or_else(|| {
+            Error::invalid(
+                "action",
+                "must be reconcile, resume_poll, retry_delivery, accept_failure or new_attempt",
+            )
+        })?;
+        let evidence = checked_text("evidence", &req.evidence, EVIDENCE_LEN_MAX)?;
+        let record = self
+            .store()
+            .parked(id)
+            .await?
+            .ok_or(Error::NotFound("parked record"))?;
+        let mut d = NewDecision {
+            id: DecisionId::new(),
+            parked_id: id,
+            action,
+            evidence,
+            reviewer: reviewer.id,
+            decided_at: Utc::now(),
+            refund: None,
+            release_hold: None,
+            provider_job_id: None,
+            recovery_deadline: None,
+            new_job: None,
+            failure: None,
+        };
+        // Each field belongs to one action: anything else is refused, so a
+        // decision records exactly what was decided.
+        let stray = |field: &str| {
+            Error::invalid(
+                field,
+                format!("does not belong to the {} action", action.as_str()),
+            )
+        };
+        if action != ReviewAction::Reconcile && req.provider_job_id.is_some() {
+            return Err(stray("provider_job_id"));
+        }
+        if action != ReviewAction::AcceptFailure {
+            if req.refund.is_some() {
+                return Err(stray("refund"));
+            }
+            if req.release_hold.is_some() {
+                return Err(stray("release_hold"));
+            }
+        }
+        match action {
+            ReviewAction::Reconcile => {
+                let raw = req.provider_job_id.as_deref().unwrap_or("").trim();
+                if raw.is_empty()
+                    || raw.len() > PROVIDER_JOB_ID_LEN_MAX
+                    || !raw.bytes().all(|b| (0x21..0x7f).contains(&b))
+                {
+                    return Err(Error::invalid(
+                        "provider_job_id",
+                        format!("the provider's job id: 1 to {PROVIDER_JOB_ID_LEN_MAX} printable characters without spaces"),
+                    ));
+                }
+                d.provider_job_id = Some(raw.to_string());
+            }
+            ReviewAction::ResumePoll => {
+                // Status checks resume for the model's own polling time.
+                let timeout = record
+                    .model
+                    .as_deref()
+                    .and_then(|m| self.models().get(m))
+                    .map(|spec| spec.poll_timeout)
+                    .unwrap_or(std::time::Duration::from_secs(600));
+                d.recovery_deadline = Some(
+                    d.decided_at
+                        + chrono::Duration::from_std(timeout)
+                            .unwrap_or(chrono::Duration::minutes(10)),
+                );
+            }
+            ReviewAction::RetryDelivery => {}
+            ReviewAction::AcceptFailure => {
+                let (Some(refund), Some(release_hold)) = (req.refund, req.release_hold) else {
+                    let missing = if req.refund.is_none() {
+                        "refund"
+                    } else {
+                        "release_hold"
+                    };
+                    return Err(Error::invalid(
+                        missing,
+                        "accept_failure records its accounting: say whether to refund the credits (refund) and whether to release the budget hold (release_hold)",
+                    ));
+                };
+                d.refund = Some(refund);
+                d.release_hold = Some(release_hold);
+                d.failure = Some(serde_json::json!({
+                    "code": "FAILED_AFTER_REVIEW",
+                    "message": if refund {
+                        "A reviewer closed this job as failed; your credits were refunded."
+                    } else {
+                        "A reviewer closed this job as failed; the provider may have been paid, so the credits were kept."
+                    },
+                }));
+            }
+            ReviewAction::NewAttempt => {
+                d.new_job = Some(JobId::new());
+                d.failure = Some(serde_json::json!({
+                    "code": "REPLACED_BY_NEW_ATTEMPT",
+                    "message": "A reviewer ordered a new attempt in its place; this job's credits moved to the new one.",
+                }));
+            }
+        }
+        match self.store().decide(&d).await? {
+            Decided::Created(decision) => {
+                if action.is_recovery() || action == ReviewAction::NewAttempt {
+                    self.doorbell().notify_one();
+                }
+                tracing::info!(parked = %id, action = action.as_str(), reviewer = %reviewer.email.as_str(), "decision recorded");
+                Ok((decision, true))
+            }
+            Decided::Existing(decision) => Ok((decision, false)),
+            Decided::Conflict(existing) => Err(Error::Conflict {
+                code: "DECISION_CONFLICT",
+                message: format!(
+                    "this record was already decided ({} by {}); a different decision cannot replace it",
+                    existing.action.as_str(),
+                    existing.reviewer_email.as_str()
+                ),
+            }),
+            Decided::Closed => Err(Error::Conflict {
+                code: "DECISION_CONFLICT",
+                message: "this record is closed: its job ended without a decision".into(),
+            }),
+            Decided::Stale(why) => Err(Error::Conflict {
+                code: "DECISION_CONFLICT",
+                message: format!("the job changed meanwhile ({why}); reload the record"),
+            }),
+            Decided::NotAllowed(stage) => Err(Error::BadRequest {
+                status: 422,
+                code: "ACTION_NOT_ALLOWED",
+                message: format!(
+                    "{} is not allowed in stage {}; allowed: {}",
+                    action.as_str(),
+                    stage.as_str(),
+                    stage
+                        .allows()
+                        .iter()
+                        .map(|a| a.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            }),
+        }
+    }
+
+    /// How many open records a filter matches (what a bulk decision would
+    /// cover, shown before it is confirmed).
+    pub async fn parked_matching(&self, q: &ParkedQuery) -> Result<Vec<Parked>> {
+        let q = ParkedQuery {
+            state: Some("open".into()),
+            cursor: None,
+            ..q.clone()
+        };
+        Ok(self.store().list_parked(&filter_of(&q, BULK_MAX)?).await?)
+    }
+
+    /// One decision applied to every open record a filter matches (not just
+    /// one page), each with its own decision; a record that changed
+    /// meanwhile, or whose stage refuses the action, is skipped and listed.
+    pub async fn decide_bulk(
+        &self,
+        reviewer: &User,
+        q: &ParkedQuery,
+        req: &DecisionRequest,
+    ) -> Result<BulkOutcome> {
+        if !reviewer.role.allows(Role::Reviewer) {
+            return Err(Error::Forbidden);
+        }
+        let mut out = BulkOutcome::default();
+        for record in self.parked_matching(q).await? {
+            match self.decide(reviewer, record.id, req).await {
+                Ok((d, true)) => out.decided.push((record.id, d)),
+                Ok((_, false)) => out
+                    .skipped
+                    .push((record.id, "already decided the same way".into())),
+                Err(e @ (Error::Conflict { .. } | Error::BadRequest { .. })) => {
+                    out.skipped.push((record.id, e.to_string()))
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(out)
+    }
+
+    /// A reviewer's note on a record: evidence on the timeline, no decision.
+    pub async fn note_parked(&self, by: &User, id: ParkedId, text: &str) -> Result<JobEvent> {
+        if !by.role.allows(Role::Reviewer) {
+            return Err(Error::Forbidden);
+        }
+        let text = checked_text("text", text, EVIDENCE_LEN_MAX)?;
+        Ok(self
+            .store()
+            .note_parked(id, &by.email, &text, Utc::now())
+            .await?)
+    }
+}
+
+/// What an exposure is in words: "$0.10 may have been spent".
+pub fn exposure_words(exposure: Usd) -> String {
+    if exposure == Usd::ZERO {
+        "nothing known to be spent".into()
+    } else {
+        format!("up to {} may have been spent", exposure.dollars())
+    }
+}

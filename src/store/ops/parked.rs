@@ -1,0 +1,477 @@
+//! Parked work (rule 12): the reviewer queue, and decisions. A decision is
+//! one transaction: the record is locked, the latest decision compared
+//! (the same one again is answered with the first), the stage's permission
+//! checked, the decision inserted under the record's round (one per round,
+//! a unique index), and what it does applied with it. Recoveries are
+//! claimed and closed by triggers on the job (migration 0008).
+
+use super::*;
+use chrono::{DateTime, Utc};
+
+/// Open attempts a reviewer's `accept_failure` closes are ended as this.
+const ABANDONED: &str = "abandoned";
+
+impl Backend {
+    /// Parked records, oldest first, filtered, after a cursor.
+    pub async fn list_parked(&self, f: &ParkedFilter) -> StoreResult<Vec<Parked>> {
+        let mut sql = format!("SELECT {PARKED_COLUMNS} FROM {PARKED_FROM} WHERE 1 = 1");
+        let mut n = 0;
+        let mut next = || {
+            n += 1;
+            n
+        };
+        match f.state {
+            Some(_) => sql += &format!(" AND p.state = ${}", next()),
+            None => sql += " AND p.state <> 'closed'",
+        }
+        if f.stage.is_some() {
+            sql += &format!(" AND p.stage = ${}", next());
+        }
+        if f.model.is_some() {
+            sql += &format!(" AND p.model = ${}", next());
+        }
+        if f.parked_before.is_some() {
+            sql += &format!(" AND p.created_at < ${}", next());
+        }
+        if f.after.is_some() {
+            let (a, b) = (next(), next());
+            sql += &format!(" AND (p.created_at > ${a} OR (p.created_at = ${a} AND p.id > ${b}))");
+        }
+        sql += &format!(" ORDER BY p.created_at, p.id LIMIT ${}", next());
+        let mut q = sqlx::query(&sql);
+        if let Some(s) = f.state {
+            q = q.bind(s.as_str());
+        }
+        if let Some(s) = f.stage {
+            q = q.bind(s.as_str());
+        }
+        if let Some(m) = &f.model {
+            q = q.bind(m);
+        }
+        if let Some(t) = f.parked_before {
+            q = q.bind(t);
+        }
+        if let Some((at, id)) = f.after {
+            q = q.bind(at).bind(id.0);
+        }
+        let rows = q.bind(f.limit).fetch_all(&self.reader).await?;
+        rows.iter().map(parked_from_row).collect()
+    }
+
+    pub async fn parked(&self, id: ParkedId) -> StoreResult<Option<Parked>> {
+        let sql = format!("SELECT {PARKED_COLUMNS} FROM {PARKED_FROM} WHERE p.id = $1");
+        let row = sqlx::query(&sql)
+            .bind(id.0)
+            .fetch_optional(&self.reader)
+            .await?;
+        row.as_ref().map(parked_from_row).transpose()
+    }
+
+    /// The job's one record that is not closed, if it has one.
+    pub async fn parked_for_job(&self, job: JobId) -> StoreResult<Option<Parked>> {
+        let sql = format!(
+            "SELECT {PARKED_COLUMNS} FROM {PARKED_FROM} WHERE p.job_id = $1 AND p.state <> 'closed'"
+        );
+        let row = sqlx::query(&sql)
+            .bind(job.0)
+            .fetch_optional(&self.reader)
+            .await?;
+        row.as_ref().map(parked_from_row).transpose()
+    }
+
+    /// The job's records, newest first (closed ones included).
+    pub async fn parked_of_job(&self, job: JobId) -> StoreResult<Vec<Parked>> {
+        let sql = format!(
+            "SELECT {PARKED_COLUMNS} FROM {PARKED_FROM} WHERE p.job_id = $1 ORDER BY p.created_at DESC"
+        );
+        let rows = sqlx::query(&sql)
+            .bind(job.0)
+            .fetch_all(&self.reader)
+            .await?;
+        rows.iter().map(parked_from_row).collect()
+    }
+
+    /// Records that are not closed, by stage and state, with the oldest's
+    /// time: the queue's counts and `/metrics`.
+    pub async fn parked_counts(&self) -> StoreResult<Vec<ParkedCount>> {
+        let rows = sqlx::query(
+            "SELECT stage, state, COUNT(*) AS n, MIN(created_at) AS oldest FROM parked \
+             WHERE state <> 'closed' GROUP BY stage, state ORDER BY stage, state",
+        )
+        .fetch_all(&self.reader)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                let stage: String = r.try_get("stage")?;
+                let state: String = r.try_get("state")?;
+                Ok(ParkedCount {
+                    stage: ParkedStage::parse(&stage).ok_or_else(|| corrupt(&stage))?,
+                    state: ParkedState::parse(&state).ok_or_else(|| corrupt(&state))?,
+                    count: r.try_get("n")?,
+                    oldest: r.try_get("oldest")?,
+                })
+            })
+            .collect()
+    }
+
+    /// How long reviewers took: seconds from parking to each decision,
+    /// over the decisions made since `since`.
+    pub async fn decision_latencies(&self, since: DateTime<Utc>) -> StoreResult<Vec<f64>> {
+        let rows = sqlx::query(
+            "SELECT p.created_at, d.decided_at FROM parked_decisions d \
+             JOIN parked p ON p.id = d.parked_id WHERE d.decided_at >= $1",
+        )
+        .bind(since)
+        .fetch_all(&self.reader)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                let parked: DateTime<Utc> = r.try_get("created_at")?;
+                let decided: DateTime<Utc> = r.try_get("decided_at")?;
+                Ok((decided - parked).num_milliseconds() as f64 / 1000.0)
+            })
+            .collect()
+    }
+
+    /// A record's decisions, oldest first.
+    pub async fn decisions(&self, parked: ParkedId) -> StoreResult<Vec<Decision>> {
+        let sql = format!(
+            "SELECT {DECISION_COLUMNS} FROM {DECISION_FROM} WHERE d.parked_id = $1 ORDER BY d.round"
+        );
+        let rows = sqlx::query(&sql)
+            .bind(parked.0)
+            .fetch_all(&self.reader)
+            .await?;
+        rows.iter().map(decision_from_row).collect()
+    }
+
+    /// Rule 12: records a reviewer's decision and applies it, in one
+    /// transaction. The record's row is locked first, so racing reviewers
+    /// are answered one at a time: the first decides, the same decision
+    /// again gets the first back, another one is a conflict.
+    pub async fn decide(&self, d: &NewDecision) -> StoreResult<Decided> {
+        let mut tx = self.writer.begin().await?;
+        let mut statements = 2u64;
+        let row = sqlx::query(concat!(
+            "SELECT job_id, stage, state, round, attempt_id FROM parked WHERE id = $1 ",
+            for_update!()
+        ))
+        .bind(d.parked_id.0)
+        .fetch_optional(&mut *tx)
+        .await?
+        .ok_or(StoreError::NotFound)?;
+        let job = JobId(row.try_get("job_id")?);
+        let stage: String = row.try_get("stage")?;
+        let stage = ParkedStage::parse(&stage).ok_or_else(|| corrupt(&stage))?;
+        let state: String = row.try_get("state")?;
+        let state = ParkedState::parse(&state).ok_or_else(|| corrupt(&state))?;
+        let round: i32 = row.try_get("round")?;
+        let attempt: Option<uuid::Uuid> = row.try_get("attempt_id")?;
+
+        // An open record has no decision in its round yet: a reconcile or a
+        // failed recovery moved it to the next. A reconcile sent again is
+        // answered with the first; a recovery that failed may be decided anew.
+        match (state, latest_decision(&mut tx, d.parked_id).await?) {
+            (ParkedState::Open, Some(last))
+                if last.action == ReviewAction::Reconcile && same_decision(&last, d) =>
+            {
+                return Ok(Decided::Existing(last))
+            }
+            (ParkedState::Open, _) => {}
+            (_, Some(last)) if same_decision(&last, d) => return Ok(Decided::Existing(last)),
+            (_, Some(last)) => return Ok(Decided::Conflict(last)),
+            (_, None) => return Ok(Decided::Closed),
+        }
+        if !stage.allows().contains(&d.action) {
+            return Ok(Decided::NotAllowed(stage));
+        }
+
+        // What the original may already have cost: known costs, and the
+        // estimate held for each unknown one.
+        let exposure: crate::model::Usd = sqlx::query_scalar(
+            "SELECT COALESCE(sum(COALESCE(cost_usd, hold_usd)), 0) FROM attempts WHERE job_id = $1",
+        )
+        .bind(job.0)
+        .fetch_one(&mut *tx)
+        .await?;
+        let new_job = match (d.new_job, d.action) {
+            (Some(n), ReviewAction::NewAttempt) => Some(n),
+            (None, ReviewAction::NewAttempt) => {
+                return Err(corrupt("a new_attempt decision without its new job"))
+            }
+            _ => None,
+        };
+        // The new job first: the decision names it.
+        if let Some(n) = new_job {
+            sqlx::query(
+                "INSERT INTO jobs (id, user_id, kind, status, request, request_sha256, idempotency_key, \
+                 credits, estimated_usd, created_at, replaces) \
+                 SELECT $1, user_id, kind, 'queued', request, request_sha256, NULL, credits, estimated_usd, $2, id \
+                 FROM jobs WHERE id = $3",
+            )
+            .bind(n.0)
+            .bind(d.decided_at)
+            .bind(job.0)
+            .execute(&mut *tx)
+            .await?;
+            statements += 1;
+        }
+        let recovery_state = d.action.is_recovery().then_some(RecoveryState::Pending);
+        let inserted = sqlx::query(
+            "INSERT INTO parked_decisions (id, parked_id, round, action, evidence, reviewer, decided_at, \
+             refund, release_hold, provider_job_id, new_job_id, duplicate_cost_usd, recovery_state, \
+             recovery_deadline) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) \
+             ON CONFLICT (parked_id, round) DO NOTHING",
+        )
+        .bind(d.id.0)
+        .bind(d.parked_id.0)
+        .bind(round)
+        .bind(d.action.as_str())
+        .bind(&d.evidence)
+        .bind(d.reviewer.0)
+        .bind(d.decided_at)
+        .bind(d.refund)
+        .bind(d.release_hold)
+        .bind(&d.provider_job_id)
+        .bind(new_job.map(|n| n.0))
+        .bind(new_job.map(|_| exposure))
+        .bind(recovery_state.map(RecoveryState::as_str))
+        .bind(d.recovery_deadline)
+        .execute(&mut *tx)
+        .await?;
+        if inserted.rows_affected() == 0 {
+            // The lock makes this unreachable; the index is the backstop.
+            let last = latest_decision(&mut tx, d.parked_id)
+                .await?
+                .ok_or_else(|| corrupt("a decision round taken by nothing"))?;
+            return Ok(Decided::Conflict(last));
+        }
+
+        match d.action {
+            ReviewAction::Reconcile => {
+                let id = d.provider_job_id.as_deref().unwrap_or_default();
+                let moved = sqlx::query(
+                    "UPDATE attempts SET state = 'submitted', provider_job_id = $2 \
+                     WHERE id = $1 AND state = 'submitting'",
+                )
+                .bind(attempt)
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
+                if moved.rows_affected() == 0 {
+                    return Ok(Decided::Stale(
+                        "the attempt is no longer waiting for a provider job id".into(),
+                    ));
+                }
+                sqlx::query(
+                    "UPDATE parked SET stage = 'polling_exhausted', provider_job_id = $2, \
+                     round = round + 1, updated_at = $3 WHERE id = $1",
+                )
+                .bind(d.parked_id.0)
+                .bind(id)
+                .bind(d.decided_at)
+                .execute(&mut *tx)
+                .await?;
+                statements += 2;
+            }
+            ReviewAction::ResumePoll | ReviewAction::RetryDelivery => {
+                let queued = sqlx::query(
+                    "UPDATE jobs SET status = 'queued' WHERE id = $1 AND status = 'parked'",
+                )
+                .bind(job.0)
+                .execute(&mut *tx)
+                .await?;
+                if queued.rows_affected() == 0 {
+                    return Ok(Decided::Stale("the job is no longer parked".into()));
+                }
+                sqlx::query("UPDATE parked SET state = 'decided', updated_at = $2 WHERE id = $1")
+                    .bind(d.parked_id.0)
+                    .bind(d.decided_at)
+                    .execute(&mut *tx)
+                    .await?;
+                statements += 2;
+                if let Some(ring) = super::super::RING {
+                    sqlx::query(ring)
+                        .bind(job.to_string())
+                        .execute(&mut *tx)
+                        .await?;
+                    statements += 1;
+                }
+            }
+            ReviewAction::AcceptFailure | ReviewAction::NewAttempt => {
+                // Attempts still open end now, their cost unknown.
+                sqlx::query(
+                    "UPDATE attempts SET state = 'failed', error_class = $2, error = $3, finished_at = $4 \
+                     WHERE job_id = $1 AND state IN ('submitting', 'submitted')",
+                )
+                .bind(job.0)
+                .bind(ABANDONED)
+                .bind("closed by a reviewer's decision; what it cost is unknown")
+                .bind(d.decided_at)
+                .execute(&mut *tx)
+                .await?;
+                if d.release_hold == Some(true) {
+                    // The reviewer found nothing was spent: the holds of
+                    // unknown costs are released (a known cost stays booked).
+                    sqlx::query(
+                        "UPDATE attempts SET settled_usd = COALESCE(cost_usd, 0) \
+                         WHERE job_id = $1 AND hold_usd IS NOT NULL AND settled_usd IS NULL",
+                    )
+                    .bind(job.0)
+                    .execute(&mut *tx)
+                    .await?;
+                    statements += 1;
+                }
+                // The terminal write (rule 9): its trigger settles every hold
+                // left at the estimate and closes the record.
+                let ended = sqlx::query(
+                    "UPDATE jobs SET status = 'failed', error = $2, completed_at = $3 \
+                     WHERE id = $1 AND status = 'parked'",
+                )
+                .bind(job.0)
+                .bind(Json(d.failure.clone().unwrap_or_default()))
+                .bind(d.decided_at)
+                .execute(&mut *tx)
+                .await?;
+                if ended.rows_affected() == 0 {
+                    return Ok(Decided::Stale("the job is no longer parked".into()));
+                }
+                statements += 2;
+                // new_attempt: the original is refunded and the new job
+                // charged the same, so the person pays once.
+                if d.refund == Some(true) || new_job.is_some() {
+                    super::jobs::refund_in(&mut tx, job, d.decided_at).await?;
+                    statements += 2;
+                }
+                if let Some(n) = new_job {
+                    sqlx::query(
+                        "INSERT INTO ledger (id, user_id, amount, kind, reference, actor_id, reason, created_at) \
+                         SELECT $1, user_id, -credits, 'debit', $2, $3, 'a new attempt ordered by a reviewer', $4 \
+                         FROM jobs WHERE id = $5",
+                    )
+                    .bind(uuid::Uuid::new_v4())
+                    .bind(format!("debit:job:{n}"))
+                    .bind(d.reviewer.0)
+                    .bind(d.decided_at)
+                    .bind(n.0)
+                    .execute(&mut *tx)
+                    .await?;
+                    insert_event(
+                        &mut tx,
+                        job,
+                        "new_attempt",
+                        &serde_json::json!({"job": n, "duplicate_cost_usd": exposure}),
+                        d.decided_at,
+                    )
+                    .await?;
+                    insert_event(
+                        &mut tx,
+                        n,
+                        "replaces",
+                        &serde_json::json!({"job": job, "duplicate_cost_usd": exposure}),
+                        d.decided_at,
+                    )
+                    .await?;
+                    statements += 3;
+                    if let Some(ring) = super::super::RING {
+                        sqlx::query(ring)
+                            .bind(n.to_string())
+                            .execute(&mut *tx)
+                            .await?;
+                        statements += 1;
+                    }
+                }
+            }
+        }
+        let decision = latest_decision(&mut tx, d.parked_id)
+            .await?
+            .ok_or_else(|| corrupt("a decision that was not written"))?;
+        let mut detail = serde_json::json!({
+            "action": d.action.as_str(),
+            "reviewer": decision.reviewer_email.as_str(),
+            "evidence": d.evidence,
+            "round": round,
+        });
+        if let Some(r) = d.refund {
+            detail["refund"] = r.into();
+        }
+        if let Some(r) = d.release_hold {
+            detail["release_hold"] = r.into();
+        }
+        if let Some(id) = &d.provider_job_id {
+            detail["provider_job_id"] = id.as_str().into();
+        }
+        insert_event(&mut tx, job, "decision", &detail, d.decided_at).await?;
+        tx.commit().await?;
+        self.committed(Purpose::Other, statements + 2);
+        Ok(Decided::Created(decision))
+    }
+
+    /// A reviewer's note: evidence on the job's timeline, not a decision.
+    pub async fn note_parked(
+        &self,
+        parked: ParkedId,
+        by: &Email,
+        text: &str,
+        at: DateTime<Utc>,
+    ) -> StoreResult<JobEvent> {
+        let detail = serde_json::json!({"text": text, "by": by.as_str()});
+        let row = sqlx::query(
+            "INSERT INTO job_events (job_id, kind, detail, created_at) \
+             SELECT job_id, 'note', $2, $3 FROM parked WHERE id = $1 RETURNING id, job_id",
+        )
+        .bind(parked.0)
+        .bind(Json(&detail))
+        .bind(at)
+        .fetch_optional(&self.writer)
+        .await?
+        .ok_or(StoreError::NotFound)?;
+        self.committed(Purpose::Other, 1);
+        Ok(JobEvent {
+            id: row.try_get("id")?,
+            job_id: JobId(row.try_get("job_id")?),
+            kind: "note".into(),
+            detail,
+            created_at: at,
+        })
+    }
+}
+
+async fn latest_decision(conn: &mut Conn, parked: ParkedId) -> StoreResult<Option<Decision>> {
+    let sql = format!(
+        "SELECT {DECISION_COLUMNS} FROM {DECISION_FROM} WHERE d.parked_id = $1 ORDER BY d.round DESC LIMIT 1"
+    );
+    let row = sqlx::query(&sql)
+        .bind(parked.0)
+        .fetch_optional(conn)
+        .await?;
+    row.as_ref().map(decision_from_row).transpose()
+}
+
+/// The same decision: the same action with the same parameters (its
+/// evidence text is commentary, and may differ).
+fn same_decision(last: &Decision, d: &NewDecision) -> bool {
+    last.action == d.action
+        && last.refund == d.refund
+        && last.release_hold == d.release_hold
+        && last.provider_job_id == d.provider_job_id
+}
+
+async fn insert_event(
+    conn: &mut Conn,
+    job: JobId,
+    kind: &str,
+    detail: &serde_json::Value,
+    at: DateTime<Utc>,
+) -> StoreResult<()> {
+    sqlx::query(
+        "INSERT INTO job_events (job_id, kind, detail, created_at) VALUES ($1, $2, $3, $4)",
+    )
+    .bind(job.0)
+    .bind(kind)
+    .bind(Json(detail))
+    .bind(at)
+    .execute(conn)
+    .await?;
+    Ok(())
+}

@@ -1,0 +1,939 @@
+//! Parked work on both backends (rule 12): the DLQ design's four
+//! state-machine tests (uncertainty needs reconciliation first; duplicate and
+//! conflicting decisions; review, then racing claims make one owner and only
+//! the owner finishes; a new generation is not a recovery action), 50 racing
+//! identical decisions, 16 workers racing for one recovery, the accounting
+//! of accept_failure, a failed recovery returning the record to the queue,
+//! and the whole path against the mock provider: an accept_then_drop
+//! parks, a reviewer reconciles and resumes polling, the job succeeds and
+//! the provider was paid once.
+
+use chrono::Utc;
+use serde_json::json;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Barrier;
+use tollgate::both_backends;
+use tollgate::model::{
+    AttemptId, AttemptState, Credits, JobId, JobStatus, ParkedStage, ParkedState,
+    Purpose as AttemptPurpose, RecoveryState, ReviewAction, Role, Usd,
+};
+use tollgate::parked::DecisionRequest;
+use tollgate::providers::mock::MockConfig;
+use tollgate::store::{
+    Applied, Claim, Finish, Hold, NewAttempt, NewParked, Op, Parked, Unit, User,
+};
+use tollgate::testkit::{MockServer, TestDb};
+use tollgate::Error;
+
+both_backends!(
+    uncertainty_needs_reconciliation_first,
+    duplicate_and_conflicting_decisions,
+    review_then_racing_claims_make_one_owner_and_only_the_owner_finishes,
+    a_new_generation_is_not_a_recovery_action,
+    fifty_racing_identical_decisions_make_one,
+    accept_failure_records_its_accounting,
+    a_failed_recovery_returns_the_record_to_the_queue,
+    a_lost_answer_is_reconciled_resumed_and_paid_once,
+    a_reported_failure_parks_where_the_model_says_so,
+    only_reviewers_decide_and_evidence_is_required,
+);
+
+fn usd(s: &str) -> Usd {
+    Usd::parse(s).unwrap()
+}
+
+struct People {
+    owner: User,
+    reviewer: User,
+    other_reviewer: User,
+}
+
+async fn people(db: &TestDb) -> People {
+    let t = &db.tollgate;
+    let owner = t
+        .add_user("owner@example.com", Role::User, "correct horse battery")
+        .await
+        .unwrap();
+    t.grant_credits(None, owner.id, Credits(100), None, None)
+        .await
+        .unwrap();
+    let reviewer = t
+        .add_user(
+            "reviewer@example.com",
+            Role::Reviewer,
+            "correct horse battery",
+        )
+        .await
+        .unwrap();
+    let other_reviewer = t
+        .add_user("admin@example.com", Role::Admin, "correct horse battery")
+        .await
+        .unwrap();
+    People {
+        owner: t.user(owner.id).await.unwrap(),
+        reviewer,
+        other_reviewer,
+    }
+}
+
+async fn balance(db: &TestDb, u: &User) -> Credits {
+    db.tollgate.user(u.id).await.unwrap().balance
+}
+
+/// A job parked in `stage` the way a run parks it: claimed, an attempt
+/// written with its hold (sent, for every stage but submission_uncertain),
+/// then the park.
+async fn parked_job(db: &TestDb, owner: &User, key: &str, stage: ParkedStage) -> (JobId, Parked) {
+    let t = &db.tollgate;
+    let body = json!({"kind": "video", "prompt": key, "duration_s": 2, "resolution": "720p"});
+    let job = t.submit_job(owner, Some(key), &body).await.unwrap().job;
+    let claim = claim_one(db, job.id).await;
+    let a = AttemptId::new();
+    let mut ops = vec![Op::BeginAttempt(NewAttempt {
+        id: a,
+        job_id: job.id,
+        purpose: AttemptPurpose::Generate,
+        provider: "http".into(),
+        endpoint: Some("http://127.0.0.1:9".into()),
+        model: "local-clip".into(),
+        attempt_no: 1,
+        idempotency_key: format!("{}:1", job.id),
+        hold: Some(Hold {
+            day: Utc::now().date_naive(),
+            amount: usd("0.04"),
+            default_cap: usd("50"),
+        }),
+        started_at: Utc::now(),
+    })];
+    let provider_job_id = (stage != ParkedStage::SubmissionUncertain).then(|| "pred_1".to_string());
+    if let Some(id) = &provider_job_id {
+        ops.push(Op::Submitted {
+            attempt: a,
+            provider_job_id: id.clone(),
+        });
+    }
+    ops.push(Op::Park(NewParked {
+        stage,
+        evidence: json!({"reason": "a test parks it", "idempotency_key": format!("{}:1", job.id)}),
+        provider: Some("http".into()),
+        model: Some("local-clip".into()),
+        provider_job_id,
+        attempt_id: Some(a),
+        polls: 3,
+        deliveries: 0,
+    }));
+    let applied = db
+        .store()
+        .apply_one(Unit {
+            job: job.id,
+            token: claim.token,
+            ops,
+        })
+        .await
+        .unwrap();
+    assert!(matches!(applied, Applied::Done(_)), "{applied:?}");
+    let record = db.store().parked_for_job(job.id).await.unwrap().unwrap();
+    (job.id, record)
+}
+
+/// Claims `job` (and only it) for a test worker.
+async fn claim_one(db: &TestDb, job: JobId) -> Claim {
+    for _ in 0..50 {
+        let claims = db
+            .store()
+            .claim_jobs("test-worker", 10, 60.0)
+            .await
+            .unwrap();
+        let mut mine = None;
+        for c in claims {
+            if c.job.id == job {
+                mine = Some(c);
+            } else {
+                // Others go back to the queue.
+                db.store()
+                    .apply_one(Unit {
+                        job: c.job.id,
+                        token: c.token,
+                        ops: vec![Op::Release],
+                    })
+                    .await
+                    .unwrap();
+            }
+        }
+        if let Some(c) = mine {
+            return c;
+        }
+    }
+    panic!("job {job} was never claimed");
+}
+
+fn decision(action: &str) -> DecisionRequest {
+    DecisionRequest {
+        action: action.into(),
+        evidence: format!("checked the provider's dashboard before {action}"),
+        ..Default::default()
+    }
+}
+
+fn code(e: &Error) -> &'static str {
+    e.code()
+}
+
+/// DLQ 1: a submission that may have been accepted cannot be polled before
+/// someone attaches the provider's job id; reconcile moves it to
+/// polling_exhausted, where it waits for its own decision.
+async fn uncertainty_needs_reconciliation_first(db: TestDb) {
+    let p = people(&db).await;
+    let t = &db.tollgate;
+    let (job, record) = parked_job(&db, &p.owner, "u1", ParkedStage::SubmissionUncertain).await;
+    assert_eq!(
+        (record.state, record.round, record.polls),
+        (ParkedState::Open, 1, 3)
+    );
+    assert_eq!(
+        record.exposure_usd,
+        usd("0.04"),
+        "the hold of the unknown call"
+    );
+    assert_eq!(record.hold_usd, Some(usd("0.04")));
+    for action in ["resume_poll", "retry_delivery", "new_attempt"] {
+        let e = t
+            .decide(&p.reviewer, record.id, &decision(action))
+            .await
+            .unwrap_err();
+        assert_eq!(code(&e), "ACTION_NOT_ALLOWED", "{action}");
+    }
+    // Nothing was recorded by the refusals.
+    assert!(db.store().decisions(record.id).await.unwrap().is_empty());
+    let e = t
+        .decide(&p.reviewer, record.id, &decision("reconcile"))
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), "INVALID_REQUEST", "reconcile needs the id");
+
+    let reconcile = DecisionRequest {
+        provider_job_id: Some("pred_found_by_support".into()),
+        ..decision("reconcile")
+    };
+    let (d, created) = t.decide(&p.reviewer, record.id, &reconcile).await.unwrap();
+    assert!(created);
+    assert_eq!(d.action, ReviewAction::Reconcile);
+    assert!(d.recovery.is_none(), "reconcile is not a recovery");
+    let after = db.store().parked(record.id).await.unwrap().unwrap();
+    assert_eq!(
+        (after.stage, after.state, after.round),
+        (ParkedStage::PollingExhausted, ParkedState::Open, 2)
+    );
+    assert_eq!(
+        after.provider_job_id.as_deref(),
+        Some("pred_found_by_support")
+    );
+    let a = db.store().attempts(job).await.unwrap().remove(0);
+    assert_eq!(a.state, AttemptState::Submitted);
+    assert_eq!(a.provider_job_id.as_deref(), Some("pred_found_by_support"));
+    // Sent again: the first reconcile, not a second.
+    let (again, created) = t.decide(&p.reviewer, record.id, &reconcile).await.unwrap();
+    assert!(!created);
+    assert_eq!(again.id, d.id);
+    // Now, and only now, polling may resume: its own decision.
+    let (resume, created) = t
+        .decide(&p.reviewer, record.id, &decision("resume_poll"))
+        .await
+        .unwrap();
+    assert!(created);
+    assert_eq!(resume.round, 2);
+    assert_eq!(
+        resume.recovery.as_ref().map(|r| r.state),
+        Some(RecoveryState::Pending)
+    );
+    let job = db.store().job(job).await.unwrap().unwrap();
+    assert_eq!(job.status, JobStatus::Queued, "handed to the workers");
+    let events = db.store().job_events(job.id).await.unwrap();
+    let decided: Vec<_> = events.iter().filter(|e| e.kind == "decision").collect();
+    assert_eq!(decided.len(), 2);
+    assert_eq!(decided[0].detail["reviewer"], "reviewer@example.com");
+    assert_eq!(decided[0].detail["action"], "reconcile");
+}
+
+/// DLQ 2: the same decision twice is the first one; a different one on a
+/// decided record is a conflict and changes nothing.
+async fn duplicate_and_conflicting_decisions(db: TestDb) {
+    let p = people(&db).await;
+    let t = &db.tollgate;
+    let (job, record) = parked_job(&db, &p.owner, "d1", ParkedStage::PollingExhausted).await;
+    let (first, created) = t
+        .decide(&p.reviewer, record.id, &decision("resume_poll"))
+        .await
+        .unwrap();
+    assert!(created);
+    // Another reviewer, another wording: the same decision.
+    let (second, created) = t
+        .decide(
+            &p.other_reviewer,
+            record.id,
+            &DecisionRequest {
+                evidence: "same call, other words".into(),
+                ..decision("resume_poll")
+            },
+        )
+        .await
+        .unwrap();
+    assert!(!created);
+    assert_eq!(second.id, first.id);
+    assert_eq!(second.reviewer_email.as_str(), "reviewer@example.com");
+    let conflicting = DecisionRequest {
+        refund: Some(true),
+        release_hold: Some(false),
+        ..decision("accept_failure")
+    };
+    let e = t
+        .decide(&p.other_reviewer, record.id, &conflicting)
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), "DECISION_CONFLICT");
+    assert_eq!(db.store().decisions(record.id).await.unwrap().len(), 1);
+    let job = db.store().job(job).await.unwrap().unwrap();
+    assert_eq!(job.status, JobStatus::Queued, "not failed by the loser");
+}
+
+/// DLQ 3: after a resume_poll decision, sixteen workers race for the
+/// recovery: one owner. When its lease runs out another worker owns it;
+/// the first owner's finish is refused, and the record closes only when
+/// the owner's run verifies the outcome.
+async fn review_then_racing_claims_make_one_owner_and_only_the_owner_finishes(db: TestDb) {
+    let p = people(&db).await;
+    let t = &db.tollgate;
+    let (job, record) = parked_job(&db, &p.owner, "r1", ParkedStage::PollingExhausted).await;
+    t.decide(&p.reviewer, record.id, &decision("resume_poll"))
+        .await
+        .unwrap();
+    let n = 16;
+    let barrier = Arc::new(Barrier::new(n));
+    let mut tasks = Vec::new();
+    for w in 0..n {
+        let (store, b) = (db.store().clone(), barrier.clone());
+        tasks.push(tokio::spawn(async move {
+            b.wait().await;
+            store.claim_jobs(&format!("w{w}"), 1, 1.0).await.unwrap()
+        }));
+    }
+    let mut claims = Vec::new();
+    for task in tasks {
+        claims.extend(task.await.unwrap());
+    }
+    assert_eq!(claims.len(), 1, "one owner");
+    let first = claims.remove(0);
+    assert_eq!(first.job.id, job);
+    let r = db.store().parked(record.id).await.unwrap().unwrap();
+    assert_eq!(r.state, ParkedState::Recovering);
+    let d = db.store().decisions(record.id).await.unwrap().remove(0);
+    let recovery = d.recovery.unwrap();
+    assert_eq!(
+        (recovery.state, recovery.attempts, recovery.token),
+        (RecoveryState::Claimed, 1, Some(first.token))
+    );
+    // The owner's lease (one second) runs out; another worker takes over.
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    let second = claim_one(&db, job).await;
+    assert!(second.token > first.token);
+    let d = db.store().decisions(record.id).await.unwrap().remove(0);
+    assert_eq!(d.recovery.as_ref().unwrap().attempts, 2);
+    // The stale owner cannot finish it.
+    let finish = |c: &Claim| Unit {
+        job,
+        token: c.token,
+        ops: vec![Op::Finish(Finish::Failed(
+            json!({"code": "X", "message": "x"}),
+        ))],
+    };
+    assert!(matches!(
+        db.store().apply_one(finish(&first)).await.unwrap(),
+        Applied::Stale
+    ));
+    let r = db.store().parked(record.id).await.unwrap().unwrap();
+    assert_eq!(r.state, ParkedState::Recovering, "still the owner's");
+    // The owner finishes: the record closes with the verified outcome.
+    assert!(matches!(
+        db.store().apply_one(finish(&second)).await.unwrap(),
+        Applied::Done(_)
+    ));
+    let r = db.store().parked(record.id).await.unwrap().unwrap();
+    assert_eq!(r.state, ParkedState::Closed);
+    let d = db.store().decisions(record.id).await.unwrap().remove(0);
+    assert_eq!(d.recovery.unwrap().state, RecoveryState::Failed);
+    let events = db.store().job_events(job).await.unwrap();
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| e.kind == "recovery_claimed")
+            .count(),
+        2
+    );
+    assert_eq!(
+        events.iter().filter(|e| e.kind == "review_closed").count(),
+        1
+    );
+}
+
+/// DLQ 4: a new generation is never a retry of the old one: it is only
+/// allowed where the provider said it failed, makes a distinct job linked
+/// both ways, shows what the original may already have cost, moves the
+/// charge (the person pays once) and takes its own holds when it runs.
+async fn a_new_generation_is_not_a_recovery_action(db: TestDb) {
+    let p = people(&db).await;
+    let t = &db.tollgate;
+    let (_, polling) = parked_job(&db, &p.owner, "n0", ParkedStage::PollingExhausted).await;
+    let e = t
+        .decide(&p.reviewer, polling.id, &decision("new_attempt"))
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), "ACTION_NOT_ALLOWED");
+    let before = balance(&db, &p.owner).await;
+    let (job, record) = parked_job(&db, &p.owner, "n1", ParkedStage::GenerationFailed).await;
+    let charged = balance(&db, &p.owner).await;
+    assert!(charged < before);
+    let (d, created) = t
+        .decide(&p.reviewer, record.id, &decision("new_attempt"))
+        .await
+        .unwrap();
+    assert!(created);
+    assert!(d.recovery.is_none(), "not a recovery");
+    let new = d.new_job_id.expect("a new job");
+    assert_ne!(new, job);
+    assert_eq!(d.duplicate_cost_usd, Some(usd("0.04")));
+    let original = db.store().job(job).await.unwrap().unwrap();
+    assert_eq!(original.status, JobStatus::Failed);
+    assert_eq!(original.error.unwrap()["code"], "REPLACED_BY_NEW_ATTEMPT");
+    let replacement = db.store().job(new).await.unwrap().unwrap();
+    assert_eq!(replacement.status, JobStatus::Queued);
+    assert_eq!(replacement.replaces, Some(job));
+    assert_eq!(replacement.request_sha256, original.request_sha256);
+    assert!(replacement.idempotency_key.is_none());
+    // The person pays once: the original refunded, the new one charged.
+    assert_eq!(balance(&db, &p.owner).await, charged);
+    assert_eq!(
+        db.store().ledger_sum(p.owner.id).await.unwrap(),
+        balance(&db, &p.owner).await
+    );
+    // Its own attempts: none yet (it holds nothing until it runs).
+    assert!(db.store().attempts(new).await.unwrap().is_empty());
+    let r = db.store().parked(record.id).await.unwrap().unwrap();
+    assert_eq!(r.state, ParkedState::Closed);
+    let old_events = db.store().job_events(job).await.unwrap();
+    let link = old_events.iter().find(|e| e.kind == "new_attempt").unwrap();
+    assert_eq!(link.detail["job"], json!(new));
+    let new_events = db.store().job_events(new).await.unwrap();
+    let back = new_events.iter().find(|e| e.kind == "replaces").unwrap();
+    assert_eq!(back.detail["job"], json!(job));
+}
+
+/// Fifty reviewers send the same decision at once: one is recorded.
+async fn fifty_racing_identical_decisions_make_one(db: TestDb) {
+    let p = people(&db).await;
+    let (job, record) = parked_job(&db, &p.owner, "f1", ParkedStage::DeliveryExhausted).await;
+    let n = 50;
+    let barrier = Arc::new(Barrier::new(n));
+    let mut tasks = Vec::new();
+    for _ in 0..n {
+        let (t, b, reviewer) = (db.tollgate.clone(), barrier.clone(), p.reviewer.clone());
+        tasks.push(tokio::spawn(async move {
+            b.wait().await;
+            t.decide(&reviewer, record.id, &decision("retry_delivery"))
+                .await
+                .unwrap()
+        }));
+    }
+    let mut created = 0;
+    let mut ids = std::collections::HashSet::new();
+    for task in tasks {
+        let (d, c) = task.await.unwrap();
+        created += usize::from(c);
+        ids.insert(d.id);
+    }
+    assert_eq!((created, ids.len()), (1, 1));
+    assert_eq!(db.store().decisions(record.id).await.unwrap().len(), 1);
+    let events = db.store().job_events(job).await.unwrap();
+    assert_eq!(events.iter().filter(|e| e.kind == "decision").count(), 1);
+}
+
+/// accept_failure ends the job failed with the accounting the reviewer
+/// chose: refund or not; the hold released or kept booked at the estimate.
+async fn accept_failure_records_its_accounting(db: TestDb) {
+    let p = people(&db).await;
+    let t = &db.tollgate;
+    let today = Utc::now().date_naive();
+    let accept = |refund, release_hold| DecisionRequest {
+        refund: Some(refund),
+        release_hold: Some(release_hold),
+        ..decision("accept_failure")
+    };
+    let e = t
+        .decide(
+            &p.reviewer,
+            parked_job(&db, &p.owner, "a0", ParkedStage::PollingExhausted)
+                .await
+                .1
+                .id,
+            &decision("accept_failure"),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), "INVALID_REQUEST", "the accounting is required");
+
+    // Refund, keep the hold booked: the call may have been paid.
+    let before = balance(&db, &p.owner).await;
+    let (job, record) = parked_job(&db, &p.owner, "a1", ParkedStage::SubmissionUncertain).await;
+    let day_before = db.tollgate.budget(today).await.unwrap();
+    t.decide(&p.reviewer, record.id, &accept(true, false))
+        .await
+        .unwrap();
+    let j = db.store().job(job).await.unwrap().unwrap();
+    assert_eq!(j.status, JobStatus::Failed);
+    assert_eq!(j.error.unwrap()["code"], "FAILED_AFTER_REVIEW");
+    assert_eq!(balance(&db, &p.owner).await, before, "refunded");
+    let a = db.store().attempts(job).await.unwrap().remove(0);
+    assert_eq!(a.state, AttemptState::Failed);
+    assert_eq!(a.cost_usd, None, "still unpriced, never 0");
+    assert_eq!(a.settled_usd, Some(usd("0.04")), "booked at the estimate");
+    let day = db.tollgate.budget(today).await.unwrap();
+    assert_eq!(day.used_usd, day_before.used_usd.plus(usd("0.04")));
+    assert_eq!(
+        db.store().parked(record.id).await.unwrap().unwrap().state,
+        ParkedState::Closed
+    );
+
+    // No refund, release the hold: the reviewer found nothing was spent.
+    let before = balance(&db, &p.owner).await;
+    let (job, record) = parked_job(&db, &p.owner, "a2", ParkedStage::SubmissionUncertain).await;
+    let charged = balance(&db, &p.owner).await;
+    assert!(charged < before);
+    let day_before = db.tollgate.budget(today).await.unwrap();
+    t.decide(&p.reviewer, record.id, &accept(false, true))
+        .await
+        .unwrap();
+    assert_eq!(balance(&db, &p.owner).await, charged, "not refunded");
+    let a = db.store().attempts(job).await.unwrap().remove(0);
+    assert_eq!(a.settled_usd, Some(Usd::ZERO), "released");
+    let day = db.tollgate.budget(today).await.unwrap();
+    assert_eq!(day.used_usd, day_before.used_usd);
+    assert_eq!(day.reserved_usd.plus(usd("0.04")), day_before.reserved_usd);
+    let events = db.store().job_events(job).await.unwrap();
+    let d = events.iter().find(|e| e.kind == "decision").unwrap();
+    assert_eq!(
+        (&d.detail["refund"], &d.detail["release_hold"]),
+        (&json!(false), &json!(true))
+    );
+    assert_eq!(events.iter().filter(|e| e.kind == "refunded").count(), 0);
+}
+
+fn mock_model(m: &MockServer, extra: &str) -> String {
+    format!(
+        "[[models]]\nid = \"mock-clip\"\nkind = \"video\"\nprovider = \"http\"\nendpoint = \"{}\"\n\
+         price = {{ per_generation = \"0.10\" }}\ndurations_s = [2]\ndefault = true\n\
+         poll_ms = 20\nbackoff_ms = 20\nbackoff_max_ms = 50\ntimeout_ms = 2000\n{extra}\n",
+        m.base
+    )
+}
+
+async fn run_until(db: &TestDb, job: JobId, done: impl Fn(JobStatus) -> bool) -> JobStatus {
+    for _ in 0..600 {
+        let s = db.store().job(job).await.unwrap().unwrap().status;
+        if done(s) {
+            return s;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("job {job} never settled");
+}
+
+async fn clip(db: &TestDb, u: &User, key: &str) -> JobId {
+    let body = json!({"kind": "video", "prompt": key, "model": "mock-clip", "duration_s": 2, "resolution": "720p"});
+    db.tollgate
+        .submit_job(u, Some(key), &body)
+        .await
+        .unwrap()
+        .job
+        .id
+}
+
+/// A recovery that fails (the status checks run out again) returns the
+/// record to the queue in a new round, with the failure on the timeline.
+async fn a_failed_recovery_returns_the_record_to_the_queue(db: TestDb) {
+    let m = MockServer::start(MockConfig {
+        idempotency: false,
+        lookup: false,
+        ..MockConfig::default()
+    })
+    .await;
+    let db = db.with_config(&mock_model(&m, "poll_timeout_s = 1")).await;
+    let p = people(&db).await;
+    let t = &db.tollgate;
+    // Every status check is refused as unavailable: polling runs out.
+    m.script(json!({"poll": vec!["unavailable"; 400]})).await;
+    let engine = tollgate::engine::start(db.tollgate.clone(), 4);
+    let job = clip(&db, &p.owner, "fr1").await;
+    assert_eq!(
+        run_until(&db, job, |s| s == JobStatus::Parked).await,
+        JobStatus::Parked
+    );
+    let record = db.store().parked_for_job(job).await.unwrap().unwrap();
+    assert_eq!(record.stage, ParkedStage::PollingExhausted);
+    assert!(record.polls > 0);
+    t.decide(&p.reviewer, record.id, &decision("resume_poll"))
+        .await
+        .unwrap();
+    // It runs again, fails again, and is back in the queue.
+    for _ in 0..300 {
+        let r = db.store().parked(record.id).await.unwrap().unwrap();
+        if r.state == ParkedState::Open && r.round == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    engine.shutdown().await;
+    let r = db.store().parked(record.id).await.unwrap().unwrap();
+    assert_eq!((r.state, r.round), (ParkedState::Open, 2));
+    assert!(r.polls > record.polls, "the resumed checks are counted");
+    let d = db.store().decisions(record.id).await.unwrap().remove(0);
+    assert_eq!(d.recovery.unwrap().state, RecoveryState::Failed);
+    let events = db.store().job_events(job).await.unwrap();
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| e.kind == "recovery_failed")
+            .count(),
+        1
+    );
+    // A new decision may be made in the new round.
+    let (again, created) = t
+        .decide(&p.reviewer, record.id, &decision("resume_poll"))
+        .await
+        .unwrap();
+    assert!(created);
+    assert_eq!(again.round, 2);
+    assert_eq!(m.paid().await, 1, "nothing was sent again");
+}
+
+/// With the mock provider: the answer to the only paid call is lost, the
+/// job parks; a reviewer finds the prediction, reconciles, resumes polling;
+/// the job succeeds and the provider was paid once.
+async fn a_lost_answer_is_reconciled_resumed_and_paid_once(db: TestDb) {
+    let m = MockServer::start(MockConfig {
+        idempotency: false,
+        lookup: false,
+        ..MockConfig::default()
+    })
+    .await;
+    let db = db.with_config(&mock_model(&m, "")).await;
+    let p = people(&db).await;
+    let t = &db.tollgate;
+    m.script(json!({"next": ["accept_then_drop"]})).await;
+    let engine = tollgate::engine::start(db.tollgate.clone(), 4);
+    let job = clip(&db, &p.owner, "lost1").await;
+    assert_eq!(
+        run_until(&db, job, |s| s == JobStatus::Parked).await,
+        JobStatus::Parked
+    );
+    let record = db.store().parked_for_job(job).await.unwrap().unwrap();
+    assert_eq!(record.stage, ParkedStage::SubmissionUncertain);
+    // The reviewer looks the prediction up at the provider.
+    let stats = m.stats().await;
+    let prediction = stats["predictions"][0]["id"].as_str().unwrap().to_string();
+    t.decide(
+        &p.reviewer,
+        record.id,
+        &DecisionRequest {
+            provider_job_id: Some(prediction.clone()),
+            ..decision("reconcile")
+        },
+    )
+    .await
+    .unwrap();
+    t.decide(&p.reviewer, record.id, &decision("resume_poll"))
+        .await
+        .unwrap();
+    assert_eq!(
+        run_until(&db, job, |s| s.is_terminal()).await,
+        JobStatus::Succeeded
+    );
+    engine.shutdown().await;
+    assert_eq!(m.paid().await, 1, "paid once");
+    let a = db.store().attempts(job).await.unwrap();
+    assert_eq!(a.len(), 1);
+    assert_eq!(a[0].provider_job_id.as_deref(), Some(prediction.as_str()));
+    assert_eq!(a[0].state, AttemptState::Succeeded);
+    let r = db.store().parked(record.id).await.unwrap().unwrap();
+    assert_eq!(r.state, ParkedState::Closed);
+    let decisions = db.store().decisions(record.id).await.unwrap();
+    assert_eq!(decisions.len(), 2);
+    assert_eq!(
+        decisions[1].recovery.as_ref().unwrap().state,
+        RecoveryState::Succeeded
+    );
+    assert_eq!(
+        balance(&db, &p.owner).await,
+        Credits(100 - db.store().job(job).await.unwrap().unwrap().credits.get())
+    );
+}
+
+/// `on_failure = "park"`: a generation the provider reports failed parks in
+/// generation_failed (the default refunds).
+async fn a_reported_failure_parks_where_the_model_says_so(db: TestDb) {
+    let m = MockServer::start(MockConfig::default()).await;
+    let db = db
+        .with_config(&mock_model(&m, "attempts = 1\non_failure = \"park\""))
+        .await;
+    let p = people(&db).await;
+    m.script(json!({"next": ["fail"]})).await;
+    let engine = tollgate::engine::start(db.tollgate.clone(), 4);
+    let job = clip(&db, &p.owner, "gf1").await;
+    assert_eq!(
+        run_until(&db, job, |s| s == JobStatus::Parked || s.is_terminal()).await,
+        JobStatus::Parked
+    );
+    engine.shutdown().await;
+    let record = db.store().parked_for_job(job).await.unwrap().unwrap();
+    assert_eq!(record.stage, ParkedStage::GenerationFailed);
+    assert_eq!(
+        record.stage.allows(),
+        [ReviewAction::AcceptFailure, ReviewAction::NewAttempt]
+    );
+    assert!(record.evidence["last_error"].is_string());
+    assert_eq!(record.evidence["attempt"]["attempt_no"], 1);
+}
+
+/// The role is checked by the engine too, and a decision needs evidence.
+async fn only_reviewers_decide_and_evidence_is_required(db: TestDb) {
+    let p = people(&db).await;
+    let t = &db.tollgate;
+    let (_, record) = parked_job(&db, &p.owner, "o1", ParkedStage::PollingExhausted).await;
+    let e = t
+        .decide(&p.owner, record.id, &decision("resume_poll"))
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), "FORBIDDEN");
+    let blank = DecisionRequest {
+        evidence: "   ".into(),
+        ..decision("resume_poll")
+    };
+    let e = t.decide(&p.reviewer, record.id, &blank).await.unwrap_err();
+    assert_eq!(code(&e), "INVALID_REQUEST");
+    let stray = DecisionRequest {
+        refund: Some(true),
+        ..decision("resume_poll")
+    };
+    let e = t.decide(&p.reviewer, record.id, &stray).await.unwrap_err();
+    assert_eq!(code(&e), "INVALID_REQUEST");
+    let e = t
+        .decide(
+            &p.reviewer,
+            tollgate::model::ParkedId::new(),
+            &decision("resume_poll"),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), "NOT_FOUND");
+    let note = t
+        .note_parked(&p.reviewer, record.id, "called the provider, waiting")
+        .await
+        .unwrap();
+    assert_eq!(note.detail["by"], "reviewer@example.com");
+    assert!(db.store().decisions(record.id).await.unwrap().is_empty());
+}
+
+mod http {
+    //! The API over HTTP: every action on every stage, allowed and refused;
+    //! the reviewer recorded is the caller; roles and bad input.
+    use super::*;
+    use tollgate::testkit::TestDb;
+
+    tollgate::both_backends!(every_action_on_every_stage_over_http);
+
+    fn body(action: ReviewAction) -> serde_json::Value {
+        let mut b =
+            json!({"action": action.as_str(), "evidence": "seen on the provider's dashboard"});
+        match action {
+            ReviewAction::Reconcile => b["provider_job_id"] = json!("pred_from_support"),
+            ReviewAction::AcceptFailure => {
+                b["refund"] = json!(true);
+                b["release_hold"] = json!(false);
+            }
+            _ => {}
+        }
+        b
+    }
+
+    async fn every_action_on_every_stage_over_http(db: TestDb) {
+        let p = people(&db).await;
+        let t = &db.tollgate;
+        let base = db.serve_api().await;
+        let http = reqwest::Client::new();
+        let (_, reviewer) = t.create_api_token(&p.reviewer, "r").await.unwrap();
+        let (_, admin) = t.create_api_token(&p.other_reviewer, "a").await.unwrap();
+        let (_, owner) = t.create_api_token(&p.owner, "o").await.unwrap();
+        let post = |path: String, token: String, b: serde_json::Value| {
+            let http = http.clone();
+            let url = format!("{base}{path}");
+            async move {
+                let r = http
+                    .post(url)
+                    .bearer_auth(token)
+                    .json(&b)
+                    .send()
+                    .await
+                    .unwrap();
+                let status = r.status().as_u16();
+                (status, r.json::<serde_json::Value>().await.unwrap())
+            }
+        };
+        let mut n = 0;
+        for stage in ParkedStage::ALL {
+            for action in ReviewAction::ALL {
+                n += 1;
+                let (_, record) = parked_job(&db, &p.owner, &format!("h{n}"), stage).await;
+                let path = format!("/v1/parked/{}/decisions", record.id);
+                let (status, v) = post(path.clone(), reviewer.clone(), body(action)).await;
+                if stage.allows().contains(&action) {
+                    assert_eq!(status, 201, "{stage:?} {action:?}: {v}");
+                    assert_eq!(v["action"], action.as_str());
+                    assert_eq!(v["reviewer"], "reviewer@example.com", "the caller");
+                    // The same again, by another reviewer: the first one.
+                    let (again, w) = post(path, admin.clone(), body(action)).await;
+                    assert_eq!(again, 200, "{w}");
+                    assert_eq!(w["id"], v["id"]);
+                    assert_eq!(w["reviewer"], "reviewer@example.com");
+                } else {
+                    assert_eq!(status, 422, "{stage:?} {action:?}: {v}");
+                    assert_eq!(v["error"]["code"], "ACTION_NOT_ALLOWED");
+                }
+            }
+        }
+        // A conflicting decision on a decided record.
+        let (_, record) = parked_job(&db, &p.owner, "hc", ParkedStage::PollingExhausted).await;
+        let path = format!("/v1/parked/{}/decisions", record.id);
+        assert_eq!(
+            post(
+                path.clone(),
+                reviewer.clone(),
+                body(ReviewAction::ResumePoll)
+            )
+            .await
+            .0,
+            201
+        );
+        let (status, v) = post(
+            path.clone(),
+            admin.clone(),
+            body(ReviewAction::AcceptFailure),
+        )
+        .await;
+        assert_eq!(
+            (status, v["error"]["code"].as_str()),
+            (409, Some("DECISION_CONFLICT"))
+        );
+
+        // Roles, and bad input, on a fresh record.
+        let (_, record) = parked_job(&db, &p.owner, "hr", ParkedStage::PollingExhausted).await;
+        let path = format!("/v1/parked/{}/decisions", record.id);
+        let (status, _) = post(path.clone(), owner.clone(), body(ReviewAction::ResumePoll)).await;
+        assert_eq!(status, 403, "a user is not a reviewer");
+        let r = http
+            .post(format!("{base}{path}"))
+            .json(&body(ReviewAction::ResumePoll))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 401);
+        for bad in [
+            json!({"action": "resume_poll"}),
+            json!({"action": "resume_poll", "evidence": ""}),
+            json!({"action": "resume_poll", "evidence": "x", "reviewer": "someone@else"}),
+            json!({"action": "retry", "evidence": "x"}),
+            json!({"action": "resume_poll", "evidence": "x", "refund": true}),
+            json!({"action": "accept_failure", "evidence": "x"}),
+        ] {
+            let (status, v) = post(path.clone(), reviewer.clone(), bad.clone()).await;
+            assert_eq!(status, 422, "{bad}: {v}");
+            assert_eq!(v["error"]["code"], "INVALID_REQUEST", "{bad}");
+        }
+        let (status, _) = post(
+            format!("/v1/parked/{}/decisions", tollgate::model::ParkedId::new()),
+            reviewer.clone(),
+            body(ReviewAction::ResumePoll),
+        )
+        .await;
+        assert_eq!(status, 404);
+        let (status, _) = post(
+            "/v1/parked/not-an-id/decisions".into(),
+            reviewer.clone(),
+            body(ReviewAction::ResumePoll),
+        )
+        .await;
+        assert_eq!(status, 404);
+        assert!(db.store().decisions(record.id).await.unwrap().is_empty());
+
+        // Reading: the queue and one record, for reviewers only.
+        let get = |path: String, token: String| {
+            let http = http.clone();
+            let url = format!("{base}{path}");
+            async move {
+                let r = http.get(url).bearer_auth(token).send().await.unwrap();
+                (
+                    r.status().as_u16(),
+                    r.json::<serde_json::Value>().await.unwrap(),
+                )
+            }
+        };
+        let (status, one) = get(format!("/v1/parked/{}", record.id), reviewer.clone()).await;
+        assert_eq!(status, 200);
+        assert_eq!(one["stage"], "polling_exhausted");
+        assert_eq!(one["state"], "open");
+        assert_eq!(
+            one["allowed_actions"],
+            json!(["resume_poll", "accept_failure"])
+        );
+        assert_eq!(one["exposure_usd"], "0.040000");
+        assert_eq!(one["hold_usd"], "0.040000");
+        assert_eq!(one["attempts"].as_array().unwrap().len(), 1);
+        assert!(one["idempotency_key"].is_string());
+        let (status, page) = get(
+            "/v1/parked?stage=polling_exhausted&state=open".into(),
+            admin.clone(),
+        )
+        .await;
+        assert_eq!(status, 200);
+        assert!(page["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["id"] == one["id"]));
+        assert_eq!(get("/v1/parked".into(), owner.clone()).await.0, 403);
+        for bad in [
+            "/v1/parked?stage=lost",
+            "/v1/parked?state=",
+            "/v1/parked?limit=0",
+            "/v1/parked?cursor=zz",
+            "/v1/parked?colour=red",
+        ] {
+            assert_eq!(get(bad.into(), reviewer.clone()).await.0, 422, "{bad}");
+        }
+        // A note is evidence, not a decision.
+        let (status, note) = post(
+            format!("/v1/parked/{}/notes", record.id),
+            reviewer.clone(),
+            json!({"text": "asked the provider"}),
+        )
+        .await;
+        assert_eq!(status, 201, "{note}");
+        assert_eq!(note["kind"], "note");
+        assert_eq!(note["detail"]["by"], "reviewer@example.com");
+        let (status, _) = post(
+            format!("/v1/parked/{}/notes", record.id),
+            reviewer.clone(),
+            json!({"text": ""}),
+        )
+        .await;
+        assert_eq!(status, 422);
+    }
+}
