@@ -8,7 +8,27 @@ const fs = require('fs');
 const port = process.env.TOLLGATE_E2E_PORT || '3917';
 const baseURL = `http://127.0.0.1:${port}`;
 const bin = process.env.TOLLGATE_BIN || path.join(__dirname, '..', 'target', 'debug', 'tollgate');
+const mockBin = process.env.TOLLGATE_MOCK_BIN || path.join(path.dirname(bin), 'tollgate-mock-provider');
+// The mock provider, as its own process, serves the one http model of the
+// browser tests (parked work a reviewer reconciles and resumes).
+const mockPort = String(Number(port) + 100);
+process.env.TOLLGATE_E2E_MOCK = `http://127.0.0.1:${mockPort}`;
 const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'tollgate-e2e-'));
+const configFile = path.join(dataDir, 'tollgate.toml');
+fs.writeFileSync(configFile, fs.readFileSync(path.join(__dirname, 'tollgate.toml'), 'utf8') + `
+# Written by playwright.config.js: the mock provider's address is this run's.
+[[models]]
+id = "mock-clip"
+name = "Mock clip (http)"
+kind = "video"
+provider = "http"
+endpoint = "http://127.0.0.1:${mockPort}"
+price = { per_generation = "0.10" }
+durations_s = [2]
+poll_ms = 100
+backoff_ms = 100
+timeout_ms = 3000
+`);
 
 module.exports = defineConfig({
   testDir: './tests',
@@ -30,7 +50,14 @@ module.exports = defineConfig({
       ],
     },
   },
-  webServer: {
+  webServer: [{
+    command: `${mockBin} --listen 127.0.0.1:${mockPort} --idempotency off --lookup off`,
+    url: `http://127.0.0.1:${mockPort}/_mock/stats`,
+    timeout: 60_000,
+    reuseExistingServer: false,
+    stdout: 'ignore',
+    stderr: 'pipe',
+  }, {
     command: `${bin} serve`,
     url: `${baseURL}/healthz`,
     timeout: 120_000,
@@ -45,7 +72,7 @@ module.exports = defineConfig({
       TOLLGATE_LOGINS_PER_ACCOUNT_PER_MINUTE: '200',
       TOLLGATE_LOGINS_PER_ADDRESS_PER_MINUTE: '500',
       TOLLGATE_SITE_ROOT: process.env.TOLLGATE_SITE_ROOT || path.join(__dirname, '..', 'target', 'site'),
-      TOLLGATE_CONFIG: path.join(__dirname, 'tollgate.toml'),
+      TOLLGATE_CONFIG: configFile,
     },
-  },
+  }],
 });

@@ -41,7 +41,8 @@ build_site() {
 # Builds the server binaries with the given cargo profile flag ("" or --release).
 build_server() {
   say "building the server ${1:-(debug)}"
-  (cd "$ROOT" && cargo build -p tollgate-app --features ssr --bin tollgate ${1:-})
+  (cd "$ROOT" && cargo build -p tollgate-app --features ssr --bin tollgate ${1:-} \
+    && cargo build -p tollgate --bin tollgate-mock-provider ${1:-})
 }
 
 # Starts a throwaway PostgreSQL from Debian's binaries, as the postgres user

@@ -214,9 +214,25 @@ impl Tollgate {
         Ok(self.store().refund_job(id, Utc::now()).await?)
     }
 
+    /// The timeline. Reviewers and admins read all of it; the job's owner
+    /// reads that a decision was made and what it was, not the reviewers'
+    /// names, notes or evidence (internal to the studio).
     pub async fn job_events(&self, viewer: &User, id: JobId) -> Result<Vec<JobEvent>> {
         self.visible_job(viewer, id).await?;
-        Ok(self.store().job_events(id).await?)
+        let events = self.store().job_events(id).await?;
+        if viewer.role.allows(Role::Reviewer) {
+            return Ok(events);
+        }
+        Ok(events
+            .into_iter()
+            .filter(|e| e.kind != "note")
+            .map(|mut e| {
+                if e.kind == "decision" {
+                    e.detail = serde_json::json!({"action": e.detail["action"]});
+                }
+                e
+            })
+            .collect())
     }
 
     /// Frees keys older than the retention window; run by the sweeper.

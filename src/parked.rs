@@ -244,6 +244,7 @@ impl Tollgate {
             recovery_deadline: None,
             new_job: None,
             failure: None,
+            reconciled_evidence: None,
         };
         // Each field belongs to one action: anything else is refused, so a
         // decision records exactly what was decided.
@@ -277,6 +278,23 @@ impl Tollgate {
                     ));
                 }
                 d.provider_job_id = Some(raw.to_string());
+                // The record's story in its new stage; what came before
+                // stays on the timeline.
+                let mut evidence = record.evidence.clone();
+                if let Some(o) = evidence.as_object_mut() {
+                    o.insert(
+                        "before_reconcile".into(),
+                        o.get("reason").cloned().unwrap_or_default(),
+                    );
+                    o.insert(
+                        "reason".into(),
+                        serde_json::json!(format!(
+                            "{} found the provider's job {raw} for this request; status checks may resume.",
+                            reviewer.email.as_str()
+                        )),
+                    );
+                }
+                d.reconciled_evidence = Some(evidence);
             }
             ReviewAction::ResumePoll => {
                 // Status checks resume for the model's own polling time.

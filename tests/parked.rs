@@ -37,6 +37,7 @@ both_backends!(
     a_lost_answer_is_reconciled_resumed_and_paid_once,
     a_reported_failure_parks_where_the_model_says_so,
     only_reviewers_decide_and_evidence_is_required,
+    bulk_decides_each_matching_record_and_lists_the_skipped,
 );
 
 fn usd(s: &str) -> Usd {
@@ -742,6 +743,61 @@ async fn only_reviewers_decide_and_evidence_is_required(db: TestDb) {
     assert!(db.store().decisions(record.id).await.unwrap().is_empty());
 }
 
+/// One decision for every open record a filter matches, across pages:
+/// each record gets its own decision; what its stage refuses is skipped
+/// and listed, and records already decided are not matched.
+async fn bulk_decides_each_matching_record_and_lists_the_skipped(db: TestDb) {
+    let p = people(&db).await;
+    let t = &db.tollgate;
+    let mut polling = Vec::new();
+    for i in 0..3 {
+        polling.push(
+            parked_job(
+                &db,
+                &p.owner,
+                &format!("b{i}"),
+                ParkedStage::PollingExhausted,
+            )
+            .await
+            .1,
+        );
+    }
+    let (_, uncertain) = parked_job(&db, &p.owner, "bu", ParkedStage::SubmissionUncertain).await;
+    // One is decided beforehand: not open, so not matched.
+    t.decide(&p.reviewer, polling[0].id, &decision("resume_poll"))
+        .await
+        .unwrap();
+    let everything = tollgate::parked::ParkedQuery::default();
+    assert_eq!(t.parked_matching(&everything).await.unwrap().len(), 3);
+    let out = t
+        .decide_bulk(&p.reviewer, &everything, &decision("resume_poll"))
+        .await
+        .unwrap();
+    let decided: Vec<_> = out.decided.iter().map(|(id, _)| *id).collect();
+    assert_eq!(decided.len(), 2);
+    assert!(decided.contains(&polling[1].id) && decided.contains(&polling[2].id));
+    assert_eq!(out.skipped.len(), 1);
+    assert_eq!(out.skipped[0].0, uncertain.id);
+    assert!(
+        out.skipped[0].1.contains("not allowed"),
+        "{:?}",
+        out.skipped
+    );
+    // Each got a decision of its own.
+    let ids: std::collections::HashSet<_> = out.decided.iter().map(|(_, d)| d.id).collect();
+    assert_eq!(ids.len(), 2);
+    for r in &polling {
+        assert_eq!(db.store().decisions(r.id).await.unwrap().len(), 1);
+    }
+    assert!(db.store().decisions(uncertain.id).await.unwrap().is_empty());
+    // A user cannot decide in bulk.
+    let e = t
+        .decide_bulk(&p.owner, &everything, &decision("resume_poll"))
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), "FORBIDDEN");
+}
+
 mod http {
     //! The API over HTTP: every action on every stage, allowed and refused;
     //! the reviewer recorded is the caller; roles and bad input.
@@ -935,5 +991,22 @@ mod http {
         )
         .await;
         assert_eq!(status, 422);
+
+        // /metrics: the queue by stage and state, unresolved submissions
+        // (one per stage loop above), and how long reviewers took.
+        let text = http
+            .get(format!("{base}/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert!(text.contains("tollgate_unresolved_submissions "), "{text}");
+        assert!(
+            text.contains("tollgate_parked_records{stage=\"polling_exhausted\",state=\"open\"}")
+        );
+        assert!(text.contains("tollgate_review_latency_seconds{quantile=\"0.5\"}"));
+        assert!(text.contains("tollgate_recovery_claim_conflicts "));
     }
 }

@@ -42,6 +42,8 @@ pub fn App() -> impl IntoView {
                 <Route path=path!("/edits/:id") view=|| view! { <Layout><EditDetailPage /></Layout> } ssr=SsrMode::Async />
                 <Route path=path!("/credits") view=|| view! { <Layout><CreditsPage /></Layout> } ssr=SsrMode::Async />
                 <Route path=path!("/account") view=|| view! { <Layout><AccountPage /></Layout> } ssr=SsrMode::Async />
+                <Route path=path!("/review") view=|| view! { <Layout><ReviewQueuePage /></Layout> } ssr=SsrMode::Async />
+                <Route path=path!("/review/:id") view=|| view! { <Layout><ReviewRecordPage /></Layout> } ssr=SsrMode::Async />
                 <Route path=path!("/admin") view=|| view! { <Layout><AdminOverviewPage /></Layout> } ssr=SsrMode::Async />
                 <Route path=path!("/admin/spend") view=|| view! { <Layout><SpendPage /></Layout> } ssr=SsrMode::Async />
                 <Route path=path!("/admin/budget") view=|| view! { <Layout><BudgetPage /></Layout> } ssr=SsrMode::Async />
@@ -100,6 +102,11 @@ const NAV: &[NavItem] = &[
         href: "/account",
         label: "Account",
         role: Role::User,
+    },
+    NavItem {
+        href: "/review",
+        label: "Review",
+        role: Role::Reviewer,
     },
     NavItem {
         href: "/admin",

@@ -159,7 +159,7 @@ test.describe.serial('foundation', () => {
   });
 
   test('every role against every page group', async ({ browser }) => {
-    const groups = { '/credits': 'user', '/account': 'user', '/admin/users': 'admin' };
+    const groups = { '/credits': 'user', '/account': 'user', '/review': 'reviewer', '/admin/users': 'admin' };
     const rank = { user: 1, reviewer: 2, admin: 3 };
     for (const [who, role] of [[null, null], [USER, 'user'], [REVIEWER, 'reviewer'], [ADMIN, 'admin']]) {
       const context = await browser.newContext();

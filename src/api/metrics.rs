@@ -18,6 +18,12 @@ use std::sync::atomic::AtomicU64;
 type Labels = Vec<(String, String)>;
 type FloatGauge = Gauge<f64, AtomicU64>;
 
+/// The `q` quantile of sorted values (nearest rank), none when empty.
+fn quantile(sorted: &[f64], q: f64) -> Option<f64> {
+    let last = sorted.len().checked_sub(1)?;
+    sorted.get(((last as f64) * q).round() as usize).copied()
+}
+
 /// Money is exported in whole millionths of a dollar, as integers, so a
 /// scrape is as exact as the ledger (never a float).
 fn micros(usd: crate::model::Usd) -> i64 {
@@ -111,6 +117,75 @@ pub async fn metrics(State(t): State<Tollgate>) -> Response {
         "How long the oldest parked job of each stage has waited",
         parked_age,
     );
+    // The reviewer queue: every record not closed by stage and state, the
+    // unresolved submissions, how long reviewers take, recoveries that had
+    // to be claimed again, and delivery retries that failed.
+    if let Ok(counts) = t.store().parked_counts().await {
+        let records = Family::<Labels, Gauge>::default();
+        let mut unresolved = 0;
+        for c in &counts {
+            records
+                .get_or_create(&vec![
+                    ("stage".into(), c.stage.as_str().into()),
+                    ("state".into(), c.state.as_str().into()),
+                ])
+                .set(c.count);
+            if c.stage == crate::model::ParkedStage::SubmissionUncertain
+                && c.state == crate::model::ParkedState::Open
+            {
+                unresolved += c.count;
+            }
+        }
+        registry.register(
+            "parked_records",
+            "Parked records not closed, by stage and state (open, decided, recovering)",
+            records,
+        );
+        let g: Gauge = Gauge::default();
+        g.set(unresolved);
+        registry.register(
+            "unresolved_submissions",
+            "Submissions that may have been paid, with no answer and no decision yet",
+            g,
+        );
+    }
+    if let Ok(mut latencies) = t
+        .store()
+        .decision_latencies(now - chrono::Duration::days(1))
+        .await
+    {
+        latencies.sort_by(f64::total_cmp);
+        let latency = Family::<Labels, FloatGauge>::default();
+        for (q, label) in [(0.5, "0.5"), (0.95, "0.95"), (1.0, "1")] {
+            if let Some(v) = quantile(&latencies, q) {
+                latency
+                    .get_or_create(&vec![("quantile".into(), label.into())])
+                    .set(v);
+            }
+        }
+        registry.register(
+            "review_latency_seconds",
+            "From parking to a reviewer's decision, over the decisions of the last day",
+            latency,
+        );
+    }
+    if let Ok((reclaimed, delivery_failed)) = t.store().recovery_stats().await {
+        let g: Gauge = Gauge::default();
+        g.set(reclaimed);
+        registry.register(
+            "recovery_claim_conflicts",
+            "Recoveries claimed more than once (a run lost its lease and another took over)",
+            g,
+        );
+        let g: Gauge = Gauge::default();
+        g.set(delivery_failed);
+        registry.register(
+            "delivery_failures_repeated",
+            "Deliveries that failed again after a reviewer's retry_delivery",
+            g,
+        );
+    }
+
     let conflicts: Gauge = Gauge::default();
     conflicts.set(t.claim_conflicts() as i64);
     registry.register(

@@ -455,6 +455,11 @@ impl Store {
         dispatch!(self, s => s.decision_latencies(since).await)
     }
 
+    /// Recoveries claimed more than once, and delivery retries that failed.
+    pub async fn recovery_stats(&self) -> StoreResult<(i64, i64)> {
+        dispatch!(self, s => s.recovery_stats().await)
+    }
+
     /// A record's decisions, oldest first.
     pub async fn decisions(&self, parked: ParkedId) -> StoreResult<Vec<Decision>> {
         dispatch!(self, s => s.decisions(parked).await)

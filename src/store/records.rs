@@ -514,6 +514,8 @@ pub struct NewDecision {
     pub new_job: Option<JobId>,
     /// For `accept_failure` and `new_attempt`: the error the job ends with.
     pub failure: Option<serde_json::Value>,
+    /// For `reconcile`: the record's evidence in its new stage.
+    pub reconciled_evidence: Option<serde_json::Value>,
 }
 
 /// What a decision came to.

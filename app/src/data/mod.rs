@@ -2,8 +2,10 @@
 //! function checks the caller's role through the engine's one guard and
 //! calls the engine; there is no SQL here.
 
+mod review;
 mod spend;
 
+pub use review::*;
 pub use spend::*;
 
 use leptos::prelude::*;
@@ -245,10 +247,52 @@ pub struct JobDetail {
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct ParkedRow {
     pub stage: String,
+    /// Still waiting (or being recovered); false once the job ended.
+    pub active: bool,
     pub reason: String,
     pub provider_job_id: Option<String>,
     pub hold_usd: Option<String>,
     pub since: String,
+    /// What a reviewer decided, in plain words.
+    pub decision: Option<String>,
+    /// The edit a reviewer's new attempt made in this one's place.
+    pub new_job: Option<String>,
+}
+
+/// A reviewer's decision as the job's owner reads it.
+#[cfg(feature = "ssr")]
+fn decided_in_words(d: &tollgate::store::Decision, state: tollgate::model::ParkedState) -> String {
+    use tollgate::model::{ParkedState, RecoveryState, ReviewAction};
+    let when = ssr::when(d.decided_at);
+    let recovering = matches!(state, ParkedState::Decided | ParkedState::Recovering);
+    match d.action {
+        ReviewAction::Reconcile => format!(
+            "A reviewer found the provider's record of this request ({when}); the next step is being decided."
+        ),
+        ReviewAction::ResumePoll | ReviewAction::RetryDelivery => {
+            let what = if d.action == ReviewAction::ResumePoll {
+                "checking with the provider again"
+            } else {
+                "fetching the result again"
+            };
+            match d.recovery.as_ref().map(|r| r.state) {
+                _ if recovering => format!("A reviewer approved {what} ({when}); it is under way."),
+                Some(RecoveryState::Succeeded) => format!("A reviewer approved {what} ({when}), and it worked."),
+                _ => format!("A reviewer approved {what} ({when}), but it did not work out."),
+            }
+        }
+        ReviewAction::AcceptFailure => format!(
+            "A reviewer closed this edit as failed ({when}){}.",
+            if d.refund == Some(true) {
+                "; your credits were refunded"
+            } else {
+                "; the provider may have been paid, so the credits were kept"
+            }
+        ),
+        ReviewAction::NewAttempt => format!(
+            "A reviewer ordered a new attempt in this one's place ({when}); your credits moved to it."
+        ),
+    }
 }
 
 /// What the New edit page needs: the catalogue (so the island prices with
@@ -348,21 +392,32 @@ pub async fn load_job_detail(id: String) -> Result<JobDetail, ServerFnError> {
     let job = t.visible_job(&p.user, id).await.map_err(fail)?;
     let events = t.job_events(&p.user, id).await.map_err(fail)?;
     let attempts = t.store().attempts(id).await.map_err(|e| fail(e.into()))?;
-    let parked = t
-        .store()
-        .parked_for_job(id)
-        .await
-        .map_err(|e| fail(e.into()))?
-        .map(|p| ParkedRow {
-            stage: p.stage.as_str().to_string(),
-            reason: p.evidence["reason"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string(),
-            provider_job_id: p.provider_job_id,
-            hold_usd: p.hold_usd.map(|h| h.to_string()),
-            since: p.created_at.format("%Y-%m-%d %H:%M:%S UTC").to_string(),
-        });
+    // The newest record: waiting, being recovered, or what was decided.
+    let record = t.parked_of_job(id).await.map_err(fail)?.into_iter().next();
+    let parked = match record {
+        None => None,
+        Some(p) => {
+            let decision = t
+                .store()
+                .decisions(p.id)
+                .await
+                .map_err(|e| fail(e.into()))?
+                .pop();
+            Some(ParkedRow {
+                stage: p.stage.as_str().to_string(),
+                active: p.state.is_active(),
+                reason: p.evidence["reason"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+                provider_job_id: p.provider_job_id,
+                hold_usd: p.hold_usd.map(|h| h.to_string()),
+                since: p.created_at.format("%Y-%m-%d %H:%M:%S UTC").to_string(),
+                decision: decision.as_ref().map(|d| decided_in_words(d, p.state)),
+                new_job: decision.and_then(|d| d.new_job_id).map(|j| j.to_string()),
+            })
+        }
+    };
     Ok(JobDetail {
         parked,
         attempts: attempts

@@ -267,20 +267,40 @@ fn AttemptList(attempts: Vec<AttemptRow>) -> impl IntoView {
 }
 
 /// A parked job: what is known, and that nothing more is spent until a
-/// person decides.
+/// person decides; once decided, what the reviewer did, in plain words.
 #[component]
 fn ParkedNotice(parked: ParkedRow) -> impl IntoView {
     let stage = parked.stage.replace('_', " ");
+    let link = parked.new_job.clone().map(|j| {
+        view! { <p class="small"><a href=format!("/edits/{j}") data-testid="new-attempt-link">"See the new attempt →"</a></p> }
+    });
+    if !parked.active && parked.decision.is_none() {
+        // Cancelled while waiting: the status says enough.
+        return ().into_any();
+    }
+    if !parked.active {
+        return view! {
+            <div class="callout" data-testid="parked" role="status">
+                <strong>"Reviewed"</strong>
+                <p class="small">{parked.decision.unwrap_or_else(|| "The edit ended before a reviewer decided.".into())}</p>
+                {link}
+            </div>
+        }
+        .into_any();
+    }
     view! {
         <div class="callout warning" data-testid="parked" role="status">
             <strong>{format!("Waiting for a reviewer: {stage}")}</strong>
             <p class="small">{parked.reason}</p>
+            {parked.decision.map(|d| view! { <p class="small" data-testid="decision-words">{d}</p> })}
             <p class="small muted">
                 "Nothing more is spent, and nothing is sent again, until a reviewer records a decision. "
                 {parked.hold_usd.map(|h| format!("Budget held: ${h}. "))}
                 {parked.provider_job_id.map(|id| format!("Provider id: {id}. "))}
                 {format!("Since {}.", parked.since)}
             </p>
+            {link}
         </div>
     }
+    .into_any()
 }

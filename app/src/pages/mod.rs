@@ -9,6 +9,7 @@ mod auth;
 mod credits;
 mod edits;
 mod new_edit;
+mod review;
 mod status;
 mod users;
 
@@ -20,6 +21,7 @@ pub use auth::{LoginPage, SetupPage};
 pub use credits::CreditsPage;
 pub use edits::{EditDetailPage, EditsPage};
 pub use new_edit::NewEditPage;
+pub use review::{ReviewQueuePage, ReviewRecordPage};
 pub use status::{ForbiddenPage, NotFoundPage};
 pub use users::UsersPage;
 

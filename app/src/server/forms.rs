@@ -41,7 +41,7 @@ fn unreadable(e: FormRejection) -> Error {
 }
 
 /// Reports an engine error on the page we return to.
-async fn report(session: &Session, e: Error, back: &str) -> Redirect {
+pub(crate) async fn report(session: &Session, e: Error, back: &str) -> Redirect {
     if let Error::Internal(cause) = &e {
         tracing::error!(%cause, "internal error in a form post");
     }

@@ -5,6 +5,7 @@
 pub mod flash;
 pub mod forms;
 pub mod guard;
+pub mod review;
 
 use crate::app::{shell, App};
 use axum::extract::FromRef;
@@ -58,6 +59,7 @@ pub fn router(tollgate: Tollgate) -> Router {
         .with_state(state);
     pages
         .merge(forms::router(tollgate.clone()))
+        .merge(review::router(tollgate.clone()))
         .merge(tollgate::api::router(tollgate.clone()))
         .layer(axum::middleware::from_fn(guard::cross_site_check))
         .layer(axum::middleware::from_fn_with_state(

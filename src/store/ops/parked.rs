@@ -133,6 +133,20 @@ impl Backend {
             .collect()
     }
 
+    /// `(recoveries claimed more than once, retry_delivery recoveries that
+    /// failed)`: for `/metrics`.
+    pub async fn recovery_stats(&self) -> StoreResult<(i64, i64)> {
+        let row = sqlx::query(
+            "SELECT \
+             CAST(COALESCE(SUM(CASE WHEN recovery_attempts > 1 THEN 1 ELSE 0 END), 0) AS BIGINT) AS reclaimed, \
+             CAST(COALESCE(SUM(CASE WHEN action = 'retry_delivery' AND recovery_state = 'failed' THEN 1 ELSE 0 END), 0) AS BIGINT) AS delivery_failed \
+             FROM parked_decisions WHERE recovery_state IS NOT NULL",
+        )
+        .fetch_one(&self.reader)
+        .await?;
+        Ok((row.try_get("reclaimed")?, row.try_get("delivery_failed")?))
+    }
+
     /// A record's decisions, oldest first.
     pub async fn decisions(&self, parked: ParkedId) -> StoreResult<Vec<Decision>> {
         let sql = format!(
@@ -265,11 +279,12 @@ impl Backend {
                 }
                 sqlx::query(
                     "UPDATE parked SET stage = 'polling_exhausted', provider_job_id = $2, \
-                     round = round + 1, updated_at = $3 WHERE id = $1",
+                     round = round + 1, updated_at = $3, evidence = COALESCE($4, evidence) WHERE id = $1",
                 )
                 .bind(d.parked_id.0)
                 .bind(id)
                 .bind(d.decided_at)
+                .bind(d.reconciled_evidence.as_ref().map(Json))
                 .execute(&mut *tx)
                 .await?;
                 statements += 2;

@@ -1,0 +1,455 @@
+//! What the reviewer pages show (rule 12): the queue with its counts and
+//! filters, and one record with its evidence, attempts, decisions and the
+//! actions its stage permits. Money arrives as words; an unknown cost is
+//! never turned into a zero on the way.
+
+use leptos::prelude::*;
+use serde::{Deserialize, Serialize};
+#[cfg(feature = "ssr")]
+use tollgate::model::Role;
+
+/// The queue's filters, as the URL carries them.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct ReviewFilters {
+    pub stage: Option<String>,
+    /// `open`, `decided`, `recovering`, `closed`; none: every active record.
+    pub state: Option<String>,
+    pub model: Option<String>,
+    /// Only records parked at least this long ago: `1h`, `1d`, `7d`.
+    pub age: Option<String>,
+    pub cursor: Option<String>,
+}
+
+impl ReviewFilters {
+    /// The query string these filters make (without a cursor).
+    pub fn query(&self) -> String {
+        let mut parts = Vec::new();
+        for (k, v) in [
+            ("stage", &self.stage),
+            ("state", &self.state),
+            ("model", &self.model),
+            ("age", &self.age),
+        ] {
+            if let Some(v) = v.as_ref().filter(|v| !v.is_empty()) {
+                parts.push(format!("{k}={}", urlencoding::encode(v)));
+            }
+        }
+        parts.join("&")
+    }
+
+    /// `age` in seconds.
+    pub fn min_age_s(&self) -> Option<i64> {
+        match self.age.as_deref() {
+            Some("1h") => Some(3600),
+            Some("1d") => Some(86_400),
+            Some("7d") => Some(7 * 86_400),
+            _ => None,
+        }
+    }
+}
+
+/// One stage's count of records that are not closed.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct StageCount {
+    pub stage: String,
+    pub label: String,
+    pub open: i64,
+    /// Decided or recovering: a recovery is on its way.
+    pub in_recovery: i64,
+    /// How long the oldest has waited, in words.
+    pub oldest: Option<String>,
+}
+
+/// One row of the queue.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct QueueRow {
+    pub id: String,
+    pub job_id: String,
+    pub user: String,
+    pub stage: String,
+    pub stage_label: String,
+    pub state: String,
+    pub model: Option<String>,
+    pub age: String,
+    pub parked_at: String,
+    pub exposure: String,
+    pub hold: Option<String>,
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct ReviewQueue {
+    pub counts: Vec<StageCount>,
+    pub rows: Vec<QueueRow>,
+    pub next_cursor: Option<String>,
+    /// Open records the current filter matches (what a bulk decision covers).
+    pub matching_open: i64,
+    /// Actions every matching open record's stage allows (for bulk).
+    pub bulk_actions: Vec<(String, String)>,
+    /// Models that have parked records, for the filter.
+    pub models: Vec<String>,
+    /// Unresolved submissions (submission_uncertain, open), and how many
+    /// parked in the last hour: the banner's numbers.
+    pub unresolved: i64,
+    pub unresolved_last_hour: i64,
+}
+
+/// One action a record's stage permits, as a form shows it.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct ActionRow {
+    pub action: String,
+    pub label: String,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct DecisionRow {
+    pub action: String,
+    pub label: String,
+    pub reviewer: String,
+    pub when: String,
+    pub evidence: String,
+    /// "refund: yes · hold: released", "provider job id pred_…", …
+    pub details: String,
+    /// "pending", "claimed (1 claim)", "succeeded", "failed".
+    pub recovery: Option<String>,
+    pub new_job: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct ReviewAttemptRow {
+    pub attempt_no: i32,
+    pub model: String,
+    pub provider: String,
+    pub state: String,
+    pub error_class: Option<String>,
+    pub error: Option<String>,
+    pub provider_job_id: Option<String>,
+    pub idempotency_key: String,
+    pub started: String,
+    /// "$0.10 quoted", "unpriced", "not yet known".
+    pub cost: String,
+    pub hold: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct ReviewEventRow {
+    pub kind: String,
+    pub when: String,
+    pub detail: String,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct ReviewRecord {
+    pub id: String,
+    pub job_id: String,
+    pub job_status: String,
+    pub user: String,
+    pub stage: String,
+    pub stage_label: String,
+    pub known: String,
+    pub state: String,
+    pub round: i32,
+    pub reason: String,
+    pub last_error: Option<String>,
+    /// (label, value) pairs of the evidence: sent at, key, endpoint, …
+    pub evidence: Vec<(String, String)>,
+    pub evidence_json: String,
+    pub provider_job_id: Option<String>,
+    pub polls: i32,
+    pub deliveries: i32,
+    pub exposure: String,
+    pub exposure_words: String,
+    pub hold: Option<String>,
+    pub parked_at: String,
+    pub age: String,
+    pub allowed: Vec<ActionRow>,
+    pub attempts: Vec<ReviewAttemptRow>,
+    pub decisions: Vec<DecisionRow>,
+    pub events: Vec<ReviewEventRow>,
+}
+
+/// "3 h 12 min", "2 d 4 h", "45 s".
+#[cfg(feature = "ssr")]
+pub(crate) fn age_words(seconds: i64) -> String {
+    let s = seconds.max(0);
+    match s {
+        0..=59 => format!("{s} s"),
+        60..=3599 => format!("{} min", s / 60),
+        3600..=86_399 => format!("{} h {} min", s / 3600, (s % 3600) / 60),
+        _ => format!("{} d {} h", s / 86_400, (s % 86_400) / 3600),
+    }
+}
+
+#[cfg(feature = "ssr")]
+fn recovery_words(r: &tollgate::store::Recovery) -> String {
+    use tollgate::model::RecoveryState;
+    match r.state {
+        RecoveryState::Pending => "pending: waiting for a worker to claim it".into(),
+        RecoveryState::Claimed => format!(
+            "claimed by a worker ({} claim{})",
+            r.attempts,
+            if r.attempts == 1 { "" } else { "s" }
+        ),
+        RecoveryState::Succeeded => "succeeded: the job finished".into(),
+        RecoveryState::Failed => "failed: the job parked again or ended failed".into(),
+    }
+}
+
+#[cfg(feature = "ssr")]
+pub(crate) fn decision_row(d: &tollgate::store::Decision) -> DecisionRow {
+    let mut details = Vec::new();
+    if let Some(r) = d.refund {
+        details.push(format!("refund: {}", if r { "yes" } else { "no" }));
+    }
+    if let Some(r) = d.release_hold {
+        details.push(format!(
+            "hold: {}",
+            if r { "released" } else { "kept booked" }
+        ));
+    }
+    if let Some(id) = &d.provider_job_id {
+        details.push(format!("provider job id {id}"));
+    }
+    if let Some(c) = d.duplicate_cost_usd {
+        details.push(format!(
+            "the original may already have cost {}",
+            c.dollars()
+        ));
+    }
+    DecisionRow {
+        action: d.action.as_str().to_string(),
+        label: d.action.label().to_string(),
+        reviewer: d.reviewer_email.as_str().to_string(),
+        when: super::ssr::when(d.decided_at),
+        evidence: d.evidence.clone(),
+        details: details.join(" · "),
+        recovery: d.recovery.as_ref().map(recovery_words),
+        new_job: d.new_job_id.map(|j| j.to_string()),
+    }
+}
+
+#[server]
+pub async fn load_review_queue(filters: ReviewFilters) -> Result<ReviewQueue, ServerFnError> {
+    use super::ssr::*;
+    use tollgate::model::{ParkedStage, ParkedState};
+    use tollgate::parked::{exposure_words, ParkedQuery};
+    require(Role::Reviewer).await?;
+    let t = engine()?;
+    let query = ParkedQuery {
+        stage: filters.stage.clone().filter(|s| !s.is_empty()),
+        state: filters.state.clone().filter(|s| !s.is_empty()),
+        model: filters.model.clone().filter(|s| !s.is_empty()),
+        min_age_s: filters.min_age_s(),
+        cursor: filters.cursor.clone().filter(|s| !s.is_empty()),
+        limit: Some(50),
+    };
+    let (records, next) = t.parked_list(&query).await.map_err(fail)?;
+    let counts = t.parked_counts().await.map_err(fail)?;
+    let matching = t.parked_matching(&query).await.map_err(fail)?;
+    let now = chrono::Utc::now();
+    let stage_counts = ParkedStage::ALL
+        .iter()
+        .map(|s| {
+            let of: Vec<_> = counts.iter().filter(|c| c.stage == *s).collect();
+            StageCount {
+                stage: s.as_str().to_string(),
+                label: s.label().to_string(),
+                open: of
+                    .iter()
+                    .filter(|c| c.state == ParkedState::Open)
+                    .map(|c| c.count)
+                    .sum(),
+                in_recovery: of
+                    .iter()
+                    .filter(|c| c.state != ParkedState::Open)
+                    .map(|c| c.count)
+                    .sum(),
+                oldest: of
+                    .iter()
+                    .map(|c| c.oldest)
+                    .min()
+                    .map(|o| age_words((now - o).num_seconds())),
+            }
+        })
+        .collect();
+    // The bulk form offers what every matching record's stage allows.
+    let mut bulk: Option<Vec<tollgate::model::ReviewAction>> = None;
+    for r in &matching {
+        let allowed = r.stage.allows().to_vec();
+        bulk = Some(match bulk {
+            None => allowed,
+            Some(b) => b.into_iter().filter(|a| allowed.contains(a)).collect(),
+        });
+    }
+    let unresolved: Vec<_> = t
+        .parked_matching(&ParkedQuery {
+            stage: Some("submission_uncertain".into()),
+            ..Default::default()
+        })
+        .await
+        .map_err(fail)?;
+    // Models with records waiting, for the filter.
+    let waiting = t
+        .parked_matching(&ParkedQuery::default())
+        .await
+        .map_err(fail)?;
+    let mut models: Vec<String> = Vec::new();
+    for r in records.iter().chain(waiting.iter()) {
+        if let Some(m) = &r.model {
+            if !models.contains(m) {
+                models.push(m.clone());
+            }
+        }
+    }
+    if let Some(m) = query.model.clone() {
+        if !models.contains(&m) {
+            models.push(m);
+        }
+    }
+    models.sort();
+    Ok(ReviewQueue {
+        counts: stage_counts,
+        rows: records
+            .iter()
+            .map(|r| QueueRow {
+                id: r.id.to_string(),
+                job_id: r.job_id.to_string(),
+                user: r.user_email.as_str().to_string(),
+                stage: r.stage.as_str().to_string(),
+                stage_label: r.stage.label().to_string(),
+                state: r.state.as_str().to_string(),
+                model: r.model.clone(),
+                age: age_words((now - r.created_at).num_seconds()),
+                parked_at: when(r.created_at),
+                exposure: exposure_words(r.exposure_usd),
+                hold: r.hold_usd.map(|h| h.dollars()),
+                reason: r.evidence["reason"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            })
+            .collect(),
+        next_cursor: next,
+        matching_open: matching.len() as i64,
+        bulk_actions: bulk
+            .unwrap_or_default()
+            .into_iter()
+            .map(|a| (a.as_str().to_string(), a.label().to_string()))
+            .collect(),
+        models,
+        unresolved: unresolved.len() as i64,
+        unresolved_last_hour: unresolved
+            .iter()
+            .filter(|r| now - r.created_at < chrono::Duration::hours(1))
+            .count() as i64,
+    })
+}
+
+#[server]
+pub async fn load_review_record(id: String) -> Result<ReviewRecord, ServerFnError> {
+    use super::ssr::*;
+    use tollgate::parked::exposure_words;
+    require(Role::Reviewer).await?;
+    let t = engine()?;
+    let id = id
+        .parse()
+        .map_err(|_| fail(tollgate::Error::NotFound("parked record")))?;
+    let v = t.parked_view(id).await.map_err(fail)?;
+    let r = &v.record;
+    let now = chrono::Utc::now();
+    let e = &r.evidence;
+    let text = |v: &serde_json::Value| match v {
+        serde_json::Value::Null => None,
+        serde_json::Value::String(s) => Some(s.clone()),
+        other => Some(other.to_string()),
+    };
+    let mut evidence = Vec::new();
+    for (label, value) in [
+        ("Sent at", &e["attempt"]["sent_at"]),
+        ("Idempotency key", &e["attempt"]["idempotency_key"]),
+        ("Provider", &e["attempt"]["provider"]),
+        ("Endpoint", &e["attempt"]["endpoint"]),
+        ("Model", &e["attempt"]["model"]),
+        ("Attempt", &e["attempt"]["attempt_no"]),
+        ("Waited (s)", &e["waited_s"]),
+    ] {
+        if let Some(v) = text(value) {
+            evidence.push((label.to_string(), v));
+        }
+    }
+    if evidence.is_empty() {
+        if let Some(k) = text(&e["idempotency_key"]) {
+            evidence.push(("Idempotency key".into(), k));
+        }
+    }
+    Ok(ReviewRecord {
+        id: r.id.to_string(),
+        job_id: r.job_id.to_string(),
+        job_status: r.job_status.label().to_string(),
+        user: r.user_email.as_str().to_string(),
+        stage: r.stage.as_str().to_string(),
+        stage_label: r.stage.label().to_string(),
+        known: r.stage.known().to_string(),
+        state: r.state.as_str().to_string(),
+        round: r.round,
+        reason: text(&e["reason"]).unwrap_or_default(),
+        last_error: text(&e["last_error"]),
+        evidence,
+        evidence_json: serde_json::to_string_pretty(e).unwrap_or_default(),
+        provider_job_id: r.provider_job_id.clone(),
+        polls: r.polls,
+        deliveries: r.deliveries,
+        exposure: r.exposure_usd.dollars(),
+        exposure_words: exposure_words(r.exposure_usd),
+        hold: r.hold_usd.map(|h| h.dollars()),
+        parked_at: when(r.created_at),
+        age: age_words((now - r.created_at).num_seconds()),
+        allowed: if r.state == tollgate::model::ParkedState::Open {
+            r.stage
+                .allows()
+                .iter()
+                .map(|a| ActionRow {
+                    action: a.as_str().to_string(),
+                    label: a.label().to_string(),
+                })
+                .collect()
+        } else {
+            Vec::new()
+        },
+        attempts: v
+            .attempts
+            .iter()
+            .map(|a| ReviewAttemptRow {
+                attempt_no: a.attempt_no,
+                model: a.model.clone(),
+                provider: a.provider.clone(),
+                state: a.state.as_str().to_string(),
+                error_class: a.error_class.clone(),
+                error: a.error.clone(),
+                provider_job_id: a.provider_job_id.clone(),
+                idempotency_key: a.idempotency_key.clone(),
+                started: when(a.started_at),
+                cost: match (a.cost_usd, a.state.is_open()) {
+                    (Some(c), _) => format!(
+                        "{} {}",
+                        c.dollars(),
+                        a.cost_source.map(|s| s.as_str()).unwrap_or_default()
+                    ),
+                    (None, true) => "not yet known".into(),
+                    (None, false) => "unpriced".into(),
+                },
+                hold: a.hold_usd.map(|h| h.dollars()),
+            })
+            .collect(),
+        decisions: v.decisions.iter().map(decision_row).collect(),
+        events: v
+            .events
+            .iter()
+            .map(|e| ReviewEventRow {
+                kind: e.kind.clone(),
+                when: e.created_at.format("%Y-%m-%d %H:%M:%S UTC").to_string(),
+                detail: super::describe(&e.detail),
+            })
+            .collect(),
+    })
+}

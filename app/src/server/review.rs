@@ -1,0 +1,245 @@
+//! Reviewer form posts (rule 12): a decision on one record, a note, and one
+//! decision for every open record a filter matches. Each checks the role
+//! with the engine's extractor, calls the engine, leaves a flash and
+//! redirects back (post/redirect/get). The reviewer is the session's user.
+
+use super::flash;
+use super::forms::report;
+use axum::extract::rejection::FormRejection;
+use axum::extract::{Path, State};
+use axum::response::Redirect;
+use axum::routing::post;
+use axum::{Form, Router};
+use serde::Deserialize;
+use tollgate::auth::{Authorized, ReviewerOnly};
+use tollgate::model::ParkedId;
+use tollgate::parked::{DecisionRequest, ParkedQuery};
+use tollgate::{Error, Tollgate};
+use tower_sessions::Session;
+
+pub fn router(tollgate: Tollgate) -> Router {
+    Router::new()
+        .route("/review/{id}/decide", post(decide))
+        .route("/review/{id}/note", post(note))
+        .route("/review/bulk", post(bulk))
+        .with_state(tollgate)
+}
+
+fn record_id(raw: &str) -> Result<ParkedId, Error> {
+    raw.parse().map_err(|_| Error::NotFound("parked record"))
+}
+
+/// A checkbox or radio: "1" is yes, "0" is no, absent is not said.
+fn yes_no(v: &Option<String>) -> Option<bool> {
+    match v.as_deref() {
+        Some("1") | Some("on") | Some("true") => Some(true),
+        Some("0") | Some("false") => Some(false),
+        _ => None,
+    }
+}
+
+#[derive(Deserialize)]
+pub struct DecisionForm {
+    action: String,
+    #[serde(default)]
+    evidence: String,
+    provider_job_id: Option<String>,
+    refund: Option<String>,
+    release_hold: Option<String>,
+    confirm: Option<String>,
+}
+
+impl DecisionForm {
+    fn request(&self) -> DecisionRequest {
+        let accounting = self.action == "accept_failure";
+        DecisionRequest {
+            action: self.action.clone(),
+            evidence: self.evidence.clone(),
+            provider_job_id: (self.action == "reconcile")
+                .then(|| self.provider_job_id.clone().unwrap_or_default()),
+            refund: accounting.then(|| yes_no(&self.refund)).flatten(),
+            release_hold: accounting.then(|| yes_no(&self.release_hold)).flatten(),
+        }
+    }
+}
+
+async fn decide(
+    State(t): State<Tollgate>,
+    who: Authorized<ReviewerOnly>,
+    session: Session,
+    Path(id): Path<String>,
+    form: Result<Form<DecisionForm>, FormRejection>,
+) -> Redirect {
+    let back = format!("/review/{id}");
+    let back = if id.len() <= 64 {
+        back
+    } else {
+        "/review".into()
+    };
+    let result = async {
+        let Form(f) = form.map_err(|e| Error::invalid("form", e.body_text()))?;
+        if f.action == "new_attempt" && yes_no(&f.confirm) != Some(true) {
+            return Err(Error::invalid(
+                "confirm",
+                "confirm that you understand the possible duplicate cost",
+            ));
+        }
+        let (d, created) = t.decide(who.user(), record_id(&id)?, &f.request()).await?;
+        Ok::<_, Error>((d, created))
+    }
+    .await;
+    match result {
+        Ok((d, true)) => {
+            let what = match d.action {
+                tollgate::model::ReviewAction::Reconcile => {
+                    "Reconciled: the record now waits for its own decision on polling.".to_string()
+                }
+                tollgate::model::ReviewAction::ResumePoll => {
+                    "Recorded. A worker will claim it and resume the status checks.".to_string()
+                }
+                tollgate::model::ReviewAction::RetryDelivery => {
+                    "Recorded. A worker will claim it and fetch the output again.".to_string()
+                }
+                tollgate::model::ReviewAction::AcceptFailure => {
+                    "Recorded. The job ended failed with the accounting you chose.".to_string()
+                }
+                tollgate::model::ReviewAction::NewAttempt => format!(
+                    "Recorded. A new attempt was ordered as job {}.",
+                    d.new_job_id.map(|j| j.to_string()).unwrap_or_default()
+                ),
+            };
+            flash::ok(&session, what).await;
+            Redirect::to(&back)
+        }
+        Ok((d, false)) => {
+            flash::ok(
+                &session,
+                format!(
+                    "That decision was already recorded by {}.",
+                    d.reviewer_email.as_str()
+                ),
+            )
+            .await;
+            Redirect::to(&back)
+        }
+        Err(e) => report(&session, e, &back).await,
+    }
+}
+
+#[derive(Deserialize)]
+pub struct NoteForm {
+    #[serde(default)]
+    text: String,
+}
+
+async fn note(
+    State(t): State<Tollgate>,
+    who: Authorized<ReviewerOnly>,
+    session: Session,
+    Path(id): Path<String>,
+    form: Result<Form<NoteForm>, FormRejection>,
+) -> Redirect {
+    let back = if id.len() <= 64 {
+        format!("/review/{id}")
+    } else {
+        "/review".into()
+    };
+    let result = async {
+        let Form(f) = form.map_err(|e| Error::invalid("form", e.body_text()))?;
+        t.note_parked(who.user(), record_id(&id)?, &f.text).await
+    }
+    .await;
+    match result {
+        Ok(_) => {
+            flash::ok(&session, "Note added to the job's timeline.").await;
+            Redirect::to(&back)
+        }
+        Err(e) => report(&session, e, &back).await,
+    }
+}
+
+#[derive(Deserialize)]
+pub struct BulkForm {
+    stage: Option<String>,
+    model: Option<String>,
+    age: Option<String>,
+    /// The count the reviewer was shown and confirmed.
+    expected: Option<String>,
+    #[serde(flatten)]
+    decision: DecisionForm,
+}
+
+async fn bulk(
+    State(t): State<Tollgate>,
+    who: Authorized<ReviewerOnly>,
+    session: Session,
+    form: Result<Form<BulkForm>, FormRejection>,
+) -> Redirect {
+    let Form(f) = match form {
+        Ok(f) => f,
+        Err(e) => return report(&session, Error::invalid("form", e.body_text()), "/review").await,
+    };
+    let filters = crate::data::ReviewFilters {
+        stage: f.stage.clone(),
+        state: None,
+        model: f.model.clone(),
+        age: f.age.clone(),
+        cursor: None,
+    };
+    let back = match filters.query() {
+        q if q.is_empty() => "/review".to_string(),
+        q => format!("/review?{q}"),
+    };
+    if yes_no(&f.decision.confirm) != Some(true) {
+        return report(
+            &session,
+            Error::invalid("confirm", "confirm the number of records first"),
+            &back,
+        )
+        .await;
+    }
+    let query = ParkedQuery {
+        stage: f.stage.clone().filter(|s| !s.is_empty()),
+        model: f.model.clone().filter(|s| !s.is_empty()),
+        min_age_s: filters.min_age_s(),
+        ..Default::default()
+    };
+    // The bulk form's accounting is two checkboxes: unchecked says no.
+    let mut request = f.decision.request();
+    if request.action == "accept_failure" {
+        request.refund = request.refund.or(Some(false));
+        request.release_hold = request.release_hold.or(Some(false));
+    }
+    match t.decide_bulk(who.user(), &query, &request).await {
+        Ok(out) => {
+            let mut message = format!(
+                "Decided {} record{}.",
+                out.decided.len(),
+                if out.decided.len() == 1 { "" } else { "s" }
+            );
+            if let Some(expected) = f.expected.as_deref().and_then(|e| e.parse::<i64>().ok()) {
+                let seen = (out.decided.len() + out.skipped.len()) as i64;
+                if seen != expected {
+                    message.push_str(&format!(
+                        " {expected} matched when you confirmed; {seen} matched when it ran."
+                    ));
+                }
+            }
+            if !out.skipped.is_empty() {
+                message.push_str(&format!(
+                    " Skipped {}: {}.",
+                    out.skipped.len(),
+                    out.skipped
+                        .iter()
+                        .take(10)
+                        .map(|(id, why)| format!("{} ({why})", &id.to_string()[..8]))
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                ));
+            }
+            flash::ok(&session, message).await;
+            Redirect::to(&back)
+        }
+        Err(e) => report(&session, e, &back).await,
+    }
+}

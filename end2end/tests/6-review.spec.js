@@ -1,0 +1,148 @@
+// Parked work, as a reviewer works it: the provider (the mock provider, its
+// own process) accepts a clip and loses the answer, so the job parks as
+// "submission uncertain". The person sees that it waits for a reviewer; the
+// reviewer opens the queue, reads the evidence, finds the prediction at the
+// provider, reconciles, resumes the status checks, and watches the job
+// recover; the person sees the outcome in plain words. Paid once.
+const { test, expect } = require('@playwright/test');
+const fs = require('fs');
+const path = require('path');
+
+const SHOTS = path.join(__dirname, '..', 'screenshots');
+fs.mkdirSync(SHOTS, { recursive: true });
+const shot = (page, name) => page.screenshot({ path: path.join(SHOTS, `${name}.png`), fullPage: true });
+
+const ADMIN = { email: 'admin@studio.test', password: 'admin password 123' };
+const REVIEWER = { email: 'judge@studio.test', password: 'judge password 12' };
+const PAINTER = { email: 'painter@studio.test', password: 'painter password 1' };
+const MOCK = process.env.TOLLGATE_E2E_MOCK;
+
+async function signIn(page, who) {
+  await page.goto('/login');
+  await page.getByLabel('Email').fill(who.email);
+  await page.getByLabel('Password', { exact: true }).fill(who.password);
+  await page.getByRole('button', { name: 'Sign in' }).click();
+  await expect(page).toHaveURL(/\/edits$/);
+}
+
+test.describe.serial('review', () => {
+  let jobId;
+
+  test('an admin adds a reviewer', async ({ page }) => {
+    await signIn(page, ADMIN);
+    await page.goto('/admin/users');
+    await page.getByLabel('Email', { exact: true }).fill(REVIEWER.email);
+    await page.getByLabel('Role', { exact: true }).selectOption('reviewer');
+    await page.getByLabel('Initial password').fill(REVIEWER.password);
+    await page.getByRole('button', { name: 'Add user' }).click();
+    await expect(page.getByRole('status')).toContainText(`Added ${REVIEWER.email}`);
+  });
+
+  test('a lost answer parks the clip, and its owner is told it waits for a reviewer', async ({ page, baseURL, request }) => {
+    const scripted = await request.post(`${MOCK}/_mock/script`, { data: { next: ['accept_then_drop'] } });
+    expect(scripted.ok()).toBeTruthy();
+    await signIn(page, PAINTER);
+    const r = await page.request.post('/v1/jobs', {
+      headers: { Origin: baseURL, 'Idempotency-Key': 'review-clip' },
+      data: { kind: 'video', prompt: 'a paper crane unfolding', model: 'mock-clip', duration_s: 2, resolution: '720p' },
+    });
+    expect(r.status()).toBe(201);
+    jobId = (await r.json()).id;
+    await page.goto(`/edits/${jobId}`);
+    await expect(page.getByTestId('job-status')).toContainText('Needs review', { timeout: 30_000 });
+    await expect(page.getByTestId('parked')).toContainText('Waiting for a reviewer');
+    await expect(page.getByTestId('parked')).toContainText('Nothing more is spent');
+    await shot(page, '40-edit-waiting-for-review');
+  });
+
+  test('a reviewer reads the evidence, reconciles, resumes polling, and the job recovers', async ({ page, request }) => {
+    await signIn(page, REVIEWER);
+    await page.getByRole('navigation', { name: 'Main' }).getByRole('link', { name: 'Review' }).click();
+    await expect(page).toHaveURL(/\/review$/);
+    await expect(page.getByTestId('count-submission_uncertain')).toBeVisible();
+    const row = page.getByTestId('queue-row').filter({ hasText: jobId.slice(0, 8) });
+    await expect(row).toHaveCount(1);
+    await expect(row).toContainText('painter@studio.test');
+    await expect(row).toContainText('Submission uncertain');
+    await shot(page, '41-review-queue');
+
+    // The filter is in the URL.
+    await page.getByLabel('Stage').selectOption('submission_uncertain');
+    await page.getByRole('button', { name: 'Filter' }).click();
+    await expect(page).toHaveURL(/stage=submission_uncertain/);
+    await expect(page.getByTestId('bulk')).toBeVisible();
+
+    await page.goto('/review');
+    await row.getByRole('link', { name: 'Open' }).click();
+    await expect(page).toHaveURL(/\/review\/[0-9a-f-]+$/);
+    await expect(page.getByTestId('evidence')).toContainText('A request may have been accepted');
+    await expect(page.getByTestId('evidence')).toContainText(`${jobId}:1`);
+    await expect(page.getByTestId('exposure')).toContainText('$0.10');
+    await expect(page.getByTestId('hold')).toContainText('$0.10');
+    // Only what the stage permits.
+    await expect(page.getByTestId('action-reconcile')).toBeVisible();
+    await expect(page.getByTestId('action-accept_failure')).toBeVisible();
+    await expect(page.getByTestId('action-resume_poll')).toHaveCount(0);
+    await shot(page, '42-review-record');
+
+    // The investigation: the provider has a prediction under our key.
+    const stats = await (await request.get(`${MOCK}/_mock/stats`)).json();
+    const prediction = stats.predictions.find((p) => p.idempotency_key === `${jobId}:1`);
+    expect(prediction).toBeTruthy();
+    const reconcile = page.getByTestId('action-reconcile');
+    await reconcile.getByLabel('Provider job id').fill(prediction.id);
+    await reconcile.getByLabel('Evidence (required)').fill('The provider dashboard lists this prediction under our key.');
+    await reconcile.getByRole('button', { name: 'Reconcile' }).click();
+    await expect(page.getByRole('status').first()).toContainText('Reconciled');
+    await expect(page.getByTestId('action-resume_poll')).toBeVisible();
+    await expect(page.getByTestId('decisions')).toContainText(REVIEWER.email);
+
+    const resume = page.getByTestId('action-resume_poll');
+    await resume.getByLabel('Evidence (required)').fill('The prediction exists; checking its status again.');
+    await resume.getByRole('button', { name: 'Resume status checks' }).click();
+    await expect(page.getByRole('status').first()).toContainText('A worker will claim it');
+    // The worker claims the recovery and the job finishes: the record closes.
+    await expect(async () => {
+      await page.reload();
+      await expect(page.getByTestId('record-state')).toContainText('Closed', { timeout: 1000 });
+    }).toPass({ timeout: 30_000 });
+    await expect(page.getByTestId('recovery')).toContainText('succeeded');
+    await expect(page.getByTestId('timeline')).toContainText('recovery_claimed');
+    await shot(page, '43-review-recovered');
+
+    const after = await (await request.get(`${MOCK}/_mock/stats`)).json();
+    expect(after.by_idempotency_key[`${jobId}:1`]).toBe(1);
+  });
+
+  test('one decision for everything a filter matches, with the count confirmed first', async ({ page }) => {
+    await signIn(page, REVIEWER);
+    await page.goto('/review?stage=submission_uncertain');
+    const bulk = page.getByTestId('bulk');
+    await expect(bulk).toContainText('1 open record matches');
+    await bulk.getByLabel('Action').selectOption('accept_failure');
+    await bulk.getByLabel('Evidence (required)').fill('The provider has no record of these calls; refunding.');
+    await bulk.getByLabel('Refund the credits').check();
+    await bulk.getByLabel('Release the budget hold (nothing was spent)').check();
+    await bulk.getByTestId('bulk-confirm').check();
+    await bulk.getByTestId('bulk-submit').click();
+    await expect(page.getByRole('status').first()).toContainText('Decided 1 record');
+    await expect(page.getByTestId('queue-empty')).toBeVisible();
+    await shot(page, '45-review-bulk-done');
+  });
+
+  test('the owner sees what the reviewer did, in plain words', async ({ page }) => {
+    await signIn(page, PAINTER);
+    await page.goto(`/edits/${jobId}`);
+    await expect(page.getByTestId('job-status')).toContainText('Done');
+    await expect(page.getByTestId('parked')).toContainText('Reviewed');
+    await expect(page.getByTestId('parked')).toContainText('checking with the provider again');
+    await shot(page, '44-edit-reviewed');
+  });
+
+  test('a person who is not a reviewer cannot open the queue', async ({ page }) => {
+    await signIn(page, PAINTER);
+    const response = await page.goto('/review');
+    expect(response.status()).toBe(403);
+    await expect(page.getByRole('navigation', { name: 'Main' }).getByRole('link', { name: 'Review' })).toHaveCount(0);
+  });
+});
