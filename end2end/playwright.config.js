@@ -73,6 +73,10 @@ module.exports = defineConfig({
       TOLLGATE_LOGINS_PER_ADDRESS_PER_MINUTE: '500',
       TOLLGATE_SITE_ROOT: process.env.TOLLGATE_SITE_ROOT || path.join(__dirname, '..', 'target', 'site'),
       TOLLGATE_CONFIG: configFile,
+      // Webhooks reach the test's own receiver on loopback, and nothing else.
+      TOLLGATE_WEBHOOK_ALLOW_NETWORKS: '127.0.0.0/8',
+      TOLLGATE_WEBHOOK_ALLOW_PUBLIC: 'false',
+      TOLLGATE_WEBHOOK_RETRY_SCHEDULE: '1s,1s',
     },
   }],
 });

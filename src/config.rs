@@ -26,6 +26,9 @@ impl ConfigError {
     }
 }
 
+/// Delays between a webhook delivery's tries (API.md).
+pub const DEFAULT_WEBHOOK_RETRY_SCHEDULE: &str = "5s,5m,30m,2h,5h,10h,10h";
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LogFormat {
     Text,
@@ -62,6 +65,14 @@ pub struct Config {
     /// The models that may be called, their prices and runner policies,
     /// and the local provider's injected faults.
     pub models: crate::providers::config::Models,
+    /// Internal networks webhooks may reach although they are internal
+    /// (tests: 127.0.0.0/8); everything else internal is refused.
+    pub webhook_allow_networks: Vec<ipnet::IpNet>,
+    /// Delays between a delivery's tries; after the last, it is dead.
+    pub webhook_retry_schedule: Vec<std::time::Duration>,
+    /// Whether webhooks may reach public addresses at all (false: only the
+    /// allowed networks; tests and closed networks).
+    pub webhook_allow_public: bool,
 }
 
 impl Config {
@@ -130,11 +141,13 @@ impl Config {
                     | "lease_seconds"
                     | "daily_cap_usd"
                     | "spend_warning_percent"
+                    | "webhook_allow_networks"
+                    | "webhook_retry_schedule"
             )
         }) {
             return Err(ConfigError::new(
                 "TOLLGATE_CONFIG",
-                format!("unknown setting {k:?}; known: models, local, workers, lease_seconds, daily_cap_usd, spend_warning_percent"),
+                format!("unknown setting {k:?}; known: models, local, workers, lease_seconds, daily_cap_usd, spend_warning_percent, webhook_allow_networks, webhook_retry_schedule"),
             ));
         }
         let models = crate::providers::config::parse(&file, &get)?;
@@ -151,6 +164,8 @@ impl Config {
                 "TOLLGATE_LEASE_SECONDS" => from_file("lease_seconds"),
                 "TOLLGATE_DAILY_CAP_USD" => from_file("daily_cap_usd"),
                 "TOLLGATE_SPEND_WARNING_PERCENT" => from_file("spend_warning_percent"),
+                "TOLLGATE_WEBHOOK_ALLOW_NETWORKS" => from_file("webhook_allow_networks"),
+                "TOLLGATE_WEBHOOK_RETRY_SCHEDULE" => from_file("webhook_retry_schedule"),
                 _ => None,
             })
         };
@@ -264,6 +279,56 @@ impl Config {
         let site_root =
             PathBuf::from(non_empty("TOLLGATE_SITE_ROOT").unwrap_or_else(|| "target/site".into()));
 
+        let webhook_allow_networks = match non_empty("TOLLGATE_WEBHOOK_ALLOW_NETWORKS") {
+            None => Vec::new(),
+            Some(v) => v
+                .split(',')
+                .map(str::trim)
+                .filter(|c| !c.is_empty())
+                .map(|c| {
+                    c.parse::<ipnet::IpNet>().map_err(|_| {
+                        ConfigError::new(
+                            "TOLLGATE_WEBHOOK_ALLOW_NETWORKS",
+                            format!("{c:?} is not a network like 127.0.0.0/8"),
+                        )
+                    })
+                })
+                .collect::<Result<_, _>>()?,
+        };
+        let schedule_raw = non_empty("TOLLGATE_WEBHOOK_RETRY_SCHEDULE")
+            .unwrap_or_else(|| DEFAULT_WEBHOOK_RETRY_SCHEDULE.into());
+        let webhook_retry_schedule: Vec<std::time::Duration> = schedule_raw
+            .split(',')
+            .map(str::trim)
+            .map(|d| {
+                humantime::parse_duration(d)
+                    .ok()
+                    .filter(|d| *d <= std::time::Duration::from_secs(7 * 86_400))
+                    .ok_or_else(|| {
+                        ConfigError::new(
+                            "TOLLGATE_WEBHOOK_RETRY_SCHEDULE",
+                            format!("{d:?} is not a delay like 5s, 5m or 2h (at most 7 days)"),
+                        )
+                    })
+            })
+            .collect::<Result<_, _>>()?;
+        let webhook_allow_public = match non_empty("TOLLGATE_WEBHOOK_ALLOW_PUBLIC").as_deref() {
+            None | Some("true" | "1") => true,
+            Some("false" | "0") => false,
+            Some(other) => {
+                return Err(ConfigError::new(
+                    "TOLLGATE_WEBHOOK_ALLOW_PUBLIC",
+                    format!("{other:?} is not true or false"),
+                ))
+            }
+        };
+        if webhook_retry_schedule.len() > 50 {
+            return Err(ConfigError::new(
+                "TOLLGATE_WEBHOOK_RETRY_SCHEDULE",
+                "at most 50 retries",
+            ));
+        }
+
         Ok(Config {
             database_url,
             listen,
@@ -281,6 +346,9 @@ impl Config {
             spend_warning_percent,
             site_root,
             models,
+            webhook_allow_networks,
+            webhook_retry_schedule,
+            webhook_allow_public,
         })
     }
 }

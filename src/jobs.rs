@@ -81,6 +81,11 @@ impl Tollgate {
                 format!("no asset {missing} of yours; upload it with POST /v1/assets"),
             ));
         }
+        // Rule 13: a job's own webhook URL must not lead into our network
+        // (checked again at every send).
+        if let Some(url) = request.webhook_url() {
+            self.check_webhook_url("webhook_url", url).await?;
+        }
         let hash = request.canonical_hash();
         let new = NewJob {
             id: JobId::new(),

@@ -40,6 +40,8 @@ pub mod storage;
 pub mod store;
 #[cfg(feature = "server")]
 pub mod testkit;
+#[cfg(feature = "server")]
+pub mod webhooks;
 
 #[cfg(feature = "server")]
 pub use error::{Error, Result};

@@ -24,6 +24,9 @@ struct Inner {
     /// Wakes idle workers when a job is queued. It carries nothing: the
     /// database is the truth, and the sweeper rings anyway (rule 4).
     doorbell: Arc<tokio::sync::Notify>,
+    /// Wakes this node's webhook dispatcher when deliveries are due now
+    /// (a test event, a replay); otherwise it looks every second.
+    webhook_bell: Arc<tokio::sync::Notify>,
     /// Runs on this node whose claim was taken (a stale fencing token).
     claim_conflicts: std::sync::atomic::AtomicU64,
 }
@@ -46,6 +49,7 @@ impl Tollgate {
                 config,
                 login_limits,
                 doorbell: Arc::new(tokio::sync::Notify::new()),
+                webhook_bell: Arc::new(tokio::sync::Notify::new()),
                 claim_conflicts: std::sync::atomic::AtomicU64::new(0),
             }),
         }
@@ -114,6 +118,10 @@ impl Tollgate {
 
     pub fn doorbell(&self) -> Arc<tokio::sync::Notify> {
         self.inner.doorbell.clone()
+    }
+
+    pub fn webhook_bell(&self) -> Arc<tokio::sync::Notify> {
+        self.inner.webhook_bell.clone()
     }
 
     pub fn config(&self) -> &Config {

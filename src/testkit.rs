@@ -118,6 +118,8 @@ async fn open_with(
         "TOLLGATE_LISTEN" => Some("127.0.0.1:0".into()),
         "TOLLGATE_SITE_ROOT" => Some(site.display().to_string()),
         "TOLLGATE_STORAGE" => Some(objects.display().to_string()),
+        // A test calls nothing but loopback, whatever a URL says.
+        "TOLLGATE_WEBHOOK_ALLOW_PUBLIC" => Some("false".into()),
         _ => None,
     })
     .expect("test configuration");

@@ -110,6 +110,32 @@ async fn the_openapi_document_describes_what_is_served(db: TestDb) {
             }
         }
     }
+    // Every reference resolves (schemathesis refuses an operation whose
+    // schema names a component the document does not have).
+    fn refs<'a>(v: &'a Value, out: &mut Vec<&'a str>) {
+        match v {
+            Value::Object(o) => {
+                if let Some(Value::String(r)) = o.get("$ref") {
+                    out.push(r);
+                }
+                o.values().for_each(|v| refs(v, out));
+            }
+            Value::Array(a) => a.iter().for_each(|v| refs(v, out)),
+            _ => {}
+        }
+    }
+    let mut all = Vec::new();
+    refs(&doc, &mut all);
+    assert!(!all.is_empty());
+    for r in all {
+        let name = r
+            .strip_prefix("#/components/schemas/")
+            .unwrap_or_else(|| panic!("an unexpected reference {r}"));
+        assert!(
+            doc["components"]["schemas"][name].is_object(),
+            "{r} does not resolve"
+        );
+    }
     // POST /v1/jobs links to the job's own operations (the stateful phase
     // of schemathesis follows them).
     let links = &doc["paths"]["/v1/jobs"]["post"]["responses"]["201"]["links"];

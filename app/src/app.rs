@@ -48,6 +48,7 @@ pub fn App() -> impl IntoView {
                 <Route path=path!("/admin/spend") view=|| view! { <Layout><SpendPage /></Layout> } ssr=SsrMode::Async />
                 <Route path=path!("/admin/budget") view=|| view! { <Layout><BudgetPage /></Layout> } ssr=SsrMode::Async />
                 <Route path=path!("/admin/jobs") view=|| view! { <Layout><AdminJobsPage /></Layout> } ssr=SsrMode::Async />
+                <Route path=path!("/admin/webhooks") view=|| view! { <Layout><AdminWebhooksPage /></Layout> } ssr=SsrMode::Async />
                 <Route path=path!("/admin/users") view=|| view! { <Layout><UsersPage /></Layout> } ssr=SsrMode::Async />
                 <Route path=path!("/docs/api") view=|| view! { <Layout><ApiDocsPage /></Layout> } ssr=SsrMode::Async />
                 <Route path=path!("/forbidden") view=|| view! { <Layout><ForbiddenPage /></Layout> } ssr=SsrMode::Async />
@@ -114,13 +115,13 @@ const NAV: &[NavItem] = &[
         role: Role::Admin,
     },
     NavItem {
-        href: "/admin/budget",
-        label: "Budget",
+        href: "/admin/jobs",
+        label: "Jobs",
         role: Role::Admin,
     },
     NavItem {
-        href: "/admin/jobs",
-        label: "Jobs",
+        href: "/admin/webhooks",
+        label: "Webhooks",
         role: Role::Admin,
     },
     NavItem {
@@ -131,10 +132,10 @@ const NAV: &[NavItem] = &[
 ];
 
 /// Whether `href`'s item is the page at `path` (the spend overview owns
-/// `/admin` and `/admin/spend`, not every admin page).
+/// `/admin`, `/admin/spend` and `/admin/budget`, not every admin page).
 fn is_current(path: &str, href: &str) -> bool {
     match href {
-        "/admin" => path == "/admin" || path == "/admin/spend",
+        "/admin" => path == "/admin" || path == "/admin/spend" || path == "/admin/budget",
         _ => path == href || path.starts_with(&format!("{href}/")),
     }
 }

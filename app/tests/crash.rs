@@ -49,6 +49,7 @@ async fn serve_as(db: &TestDb, config: Option<&std::path::Path>, role: &str) -> 
         .env("TOLLGATE_WORKERS", "8")
         .env("TOLLGATE_LEASE_SECONDS", lease_s)
         .env("TOLLGATE_LOG", "warn")
+        .env("TOLLGATE_WEBHOOK_ALLOW_PUBLIC", "false")
         .stdout(Stdio::null())
         // Kept beside the test's database, so a failure can be read.
         .stderr(std::fs::File::create(db.dir.join(format!("{role}-{port}.log"))).unwrap())

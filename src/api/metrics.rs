@@ -186,6 +186,47 @@ pub async fn metrics(State(t): State<Tollgate>) -> Response {
         );
     }
 
+    // Webhooks: the backlog by state, how long the oldest pending one has
+    // waited, and failing deliveries by the class of their last answer.
+    if let Ok(w) = t.store().webhook_stats().await {
+        let backlog = Family::<Labels, Gauge>::default();
+        for s in crate::model::DeliveryState::ALL {
+            let n = w
+                .by_state
+                .iter()
+                .find(|(x, _)| *x == s)
+                .map_or(0, |(_, n)| *n);
+            backlog
+                .get_or_create(&vec![("state".into(), s.as_str().into())])
+                .set(n);
+        }
+        registry.register(
+            "webhook_deliveries",
+            "Webhook deliveries by state (pending, delivered, dead)",
+            backlog,
+        );
+        let oldest: FloatGauge = FloatGauge::default();
+        oldest.set(w.oldest_pending.map_or(0.0, |o| {
+            ((now - o).num_milliseconds() as f64 / 1000.0).max(0.0)
+        }));
+        registry.register(
+            "webhook_oldest_pending_age_seconds",
+            "How long the oldest pending webhook delivery has waited (0 when none)",
+            oldest,
+        );
+        let failing = Family::<Labels, Gauge>::default();
+        for (class, n) in &w.failing_by_class {
+            failing
+                .get_or_create(&vec![("class".into(), class.clone())])
+                .set(*n);
+        }
+        registry.register(
+            "webhook_failing",
+            "Deliveries not delivered after a failed try, by their last answer's class",
+            failing,
+        );
+    }
+
     let conflicts: Gauge = Gauge::default();
     conflicts.set(t.claim_conflicts() as i64);
     registry.register(

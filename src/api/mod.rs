@@ -14,6 +14,7 @@ mod ops;
 mod parked;
 mod spend;
 mod users;
+mod webhooks;
 
 pub use error::error_body;
 pub use json::ApiJson;
@@ -73,6 +74,7 @@ pub const JSON_BODY_BYTES_MAX: usize = 64 * 1024;
         (name = "assets", description = "Private uploads: photos and masks."),
         (name = "account", description = "Who you are and your credits."),
         (name = "admin", description = "Users, credit grants and the daily spending breaker (admins)."),
+        (name = "webhooks", description = "Signed webhooks: endpoints, secrets, deliveries and replays."),
         (name = "parked", description = "Parked work: the reviewer queue and decisions (reviewers and admins)."),
         (name = "operations", description = "Health, readiness, metrics and this document."),
     )
@@ -129,6 +131,7 @@ fn v1() -> OpenApiRouter<Tollgate> {
         .merge(budget::router())
         .merge(spend::router())
         .merge(parked::router())
+        .merge(webhooks::router())
         .routes(routes!(openapi_json))
 }
 

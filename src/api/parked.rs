@@ -258,7 +258,7 @@ async fn list_parked(
 /// A parked record with its evidence, the job's attempts and its decisions.
 #[utoipa::path(
     get, path = "/parked/{id}", tag = "parked", operation_id = "get_parked",
-    params(("id" = ParkedId, Path, description = "The record's id.")),
+    params(("id" = String, Path, format = Uuid, description = "The record's id.")),
     responses(
         (status = 200, description = "The record.", body = ParkedObject),
         (status = 401, description = "No valid token or session.", body = ErrorBody),
@@ -310,7 +310,7 @@ pub struct DecidedObject {
 /// permit is 422 `ACTION_NOT_ALLOWED`.
 #[utoipa::path(
     post, path = "/parked/{id}/decisions", tag = "parked", operation_id = "decide",
-    params(("id" = ParkedId, Path, description = "The record's id.")),
+    params(("id" = String, Path, format = Uuid, description = "The record's id.")),
     request_body = DecisionBody,
     responses(
         (status = 201, description = "Decided now.", body = DecidedObject,
@@ -373,7 +373,7 @@ pub struct NoteBody {
 /// Adds a note: evidence on the job's timeline, not a decision.
 #[utoipa::path(
     post, path = "/parked/{id}/notes", tag = "parked", operation_id = "add_note",
-    params(("id" = ParkedId, Path, description = "The record's id.")),
+    params(("id" = String, Path, format = Uuid, description = "The record's id.")),
     request_body = NoteBody,
     responses(
         (status = 201, description = "The note, as the timeline shows it.", body = EventObject),

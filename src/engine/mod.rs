@@ -42,7 +42,8 @@ impl EngineHandle {
 }
 
 /// Starts this node's dispatcher (at most `workers` runs in flight), its
-/// heartbeat, its sweeper and, on PostgreSQL, its doorbell listener.
+/// heartbeat, its webhook dispatcher, its sweeper and, on PostgreSQL, its
+/// doorbell listener.
 pub fn start(tollgate: Tollgate, workers: usize) -> EngineHandle {
     let (stop, stopped) = watch::channel(false);
     // Unique per start: a restarted process must not inherit the leases
@@ -54,20 +55,23 @@ pub fn start(tollgate: Tollgate, workers: usize) -> EngineHandle {
         &uuid::Uuid::new_v4().simple().to_string()[..8]
     );
     let committer = Committer::start(tollgate.store().clone());
-    let mut tasks = Vec::new();
-    tasks.push(tokio::spawn(dispatch(
-        tollgate.clone(),
-        committer,
-        node.clone(),
-        workers.max(1),
-        stopped.clone(),
-    )));
-    tasks.push(tokio::spawn(heartbeat(
-        tollgate.clone(),
-        node,
-        stopped.clone(),
-    )));
-    tasks.push(tokio::spawn(listen(tollgate.clone(), stopped.clone())));
+    let mut tasks = vec![
+        tokio::spawn(dispatch(
+            tollgate.clone(),
+            committer,
+            node.clone(),
+            workers.max(1),
+            stopped.clone(),
+        )),
+        tokio::spawn(heartbeat(tollgate.clone(), node.clone(), stopped.clone())),
+        // Rule 13: the outbox is posted beside the runs, never by them.
+        tokio::spawn(crate::webhooks::dispatcher::run(
+            tollgate.clone(),
+            node,
+            stopped.clone(),
+        )),
+        tokio::spawn(listen(tollgate.clone(), stopped.clone())),
+    ];
     let sweeper = tollgate.clone();
     let mut sweeper_stop = stopped.clone();
     tasks.push(tokio::spawn(async move {

@@ -75,3 +75,11 @@ id_type!(
     /// A reviewer's recorded decision on a parked record (rule 12).
     DecisionId
 );
+id_type!(
+    /// A person's webhook endpoint (rule 13).
+    WebhookEndpointId
+);
+id_type!(
+    /// One delivery of one event to one target (rule 13).
+    DeliveryId
+);

@@ -14,6 +14,7 @@ mod parked;
 mod password;
 mod progress;
 mod role;
+mod webhook;
 
 pub use attempt::{AttemptEnd, AttemptState, CostSource, Purpose};
 #[cfg(feature = "server")]
@@ -24,7 +25,10 @@ pub use catalogue::{
 };
 pub use credits::{Credits, CreditsError};
 pub use email::{Email, EmailError};
-pub use ids::{ApiTokenId, AssetId, AttemptId, DecisionId, JobId, LedgerEntryId, ParkedId, UserId};
+pub use ids::{
+    ApiTokenId, AssetId, AttemptId, DecisionId, DeliveryId, JobId, LedgerEntryId, ParkedId, UserId,
+    WebhookEndpointId,
+};
 pub use job::{
     parse_request, quote, FieldErrors, ImageEdit, JobKind, JobRequest, JobStatus, Quote,
     RawImageEdit, RawTarget, RawVideo, Target, Video,
@@ -35,3 +39,4 @@ pub use parked::{ParkedStage, ParkedState, RecoveryState, ReviewAction};
 pub use password::{Password, PasswordError, PASSWORD_LEN_MAX, PASSWORD_LEN_MIN};
 pub use progress::{Progress, Readiness, Review, Step, StoredOutput, Verdict};
 pub use role::{Role, UnknownRole};
+pub use webhook::{DeliveryState, WebhookEvent};

@@ -20,6 +20,10 @@ pub use records::{
     NewAttempt, NewDecision, NewJob, NewLedgerEntry, NewParked, NewUser, Op, Parked, ParkedCount,
     ParkedFilter, ParkedStage, Purpose, Recovery, SpendRow, Submitted, Unit, User,
 };
+pub use records::{
+    ClaimedDelivery, Delivery, DeliveryFilter, DeliveryOutcome, NewWebhookEndpoint,
+    WebhookEndpoint, WebhookStats,
+};
 pub use sessions::SessionBackend;
 
 use crate::model::{ApiTokenId, AssetId, Credits, JobId, ParkedId, Role, Usd, UserId};
@@ -479,6 +483,111 @@ impl Store {
         at: DateTime<Utc>,
     ) -> StoreResult<JobEvent> {
         dispatch!(self, s => s.note_parked(parked, by, text, at).await)
+    }
+
+    // ---- webhooks (rule 13) ----
+
+    pub async fn insert_webhook_endpoint(
+        &self,
+        e: &NewWebhookEndpoint,
+    ) -> StoreResult<WebhookEndpoint> {
+        dispatch!(self, s => s.insert_webhook_endpoint(e).await)
+    }
+
+    /// A person's endpoints (`None`: everyone's), deleted ones left out.
+    pub async fn webhook_endpoints(
+        &self,
+        user: Option<UserId>,
+    ) -> StoreResult<Vec<WebhookEndpoint>> {
+        dispatch!(self, s => s.webhook_endpoints(user).await)
+    }
+
+    pub async fn webhook_endpoint(
+        &self,
+        id: crate::model::WebhookEndpointId,
+    ) -> StoreResult<Option<WebhookEndpoint>> {
+        dispatch!(self, s => s.webhook_endpoint(id).await)
+    }
+
+    pub async fn delete_webhook_endpoint(
+        &self,
+        id: crate::model::WebhookEndpointId,
+        user: UserId,
+        at: DateTime<Utc>,
+    ) -> StoreResult<bool> {
+        dispatch!(self, s => s.delete_webhook_endpoint(id, user, at).await)
+    }
+
+    pub async fn rotate_webhook_secret(
+        &self,
+        id: crate::model::WebhookEndpointId,
+        user: UserId,
+        secret: &str,
+        previous_expires_at: DateTime<Utc>,
+    ) -> StoreResult<Option<WebhookEndpoint>> {
+        dispatch!(self, s => s.rotate_webhook_secret(id, user, secret, previous_expires_at).await)
+    }
+
+    /// A person's account secret, made with `candidate` on first use.
+    pub async fn account_webhook_secret(
+        &self,
+        user: UserId,
+        candidate: &str,
+        at: DateTime<Utc>,
+    ) -> StoreResult<String> {
+        dispatch!(self, s => s.account_webhook_secret(user, candidate, at).await)
+    }
+
+    pub async fn insert_test_delivery(
+        &self,
+        endpoint: &WebhookEndpoint,
+        webhook_id: &str,
+        body: &str,
+        at: DateTime<Utc>,
+    ) -> StoreResult<crate::model::DeliveryId> {
+        dispatch!(self, s => s.insert_test_delivery(endpoint, webhook_id, body, at).await)
+    }
+
+    /// Claims up to `n` due deliveries, leased on the database's clock.
+    pub async fn claim_deliveries(
+        &self,
+        owner: &str,
+        n: i64,
+        lease_s: f64,
+    ) -> StoreResult<Vec<ClaimedDelivery>> {
+        dispatch!(self, s => s.claim_deliveries(owner, n, lease_s).await)
+    }
+
+    /// Records a try's outcome for the claim that made it; false when stale.
+    pub async fn finish_delivery(
+        &self,
+        id: crate::model::DeliveryId,
+        claim_token: i64,
+        outcome: &DeliveryOutcome,
+        at: DateTime<Utc>,
+    ) -> StoreResult<bool> {
+        dispatch!(self, s => s.finish_delivery(id, claim_token, outcome, at).await)
+    }
+
+    pub async fn list_deliveries(&self, filter: &DeliveryFilter) -> StoreResult<Vec<Delivery>> {
+        dispatch!(self, s => s.list_deliveries(filter).await)
+    }
+
+    pub async fn delivery(&self, id: crate::model::DeliveryId) -> StoreResult<Option<Delivery>> {
+        dispatch!(self, s => s.delivery(id).await)
+    }
+
+    /// Makes delivered or dead deliveries due again; the ids replayed.
+    pub async fn replay_deliveries(
+        &self,
+        ids: &[crate::model::DeliveryId],
+        at: DateTime<Utc>,
+    ) -> StoreResult<Vec<crate::model::DeliveryId>> {
+        dispatch!(self, s => s.replay_deliveries(ids, at).await)
+    }
+
+    pub async fn webhook_stats(&self) -> StoreResult<WebhookStats> {
+        dispatch!(self, s => s.webhook_stats().await)
     }
 
     /// On PostgreSQL, a listener for the doorbells every node rings when a

@@ -6,6 +6,7 @@ use crate::model::{
     Email, JobId, JobKind, JobRequest, JobStatus, LedgerEntryId, LedgerKind, ParkedId, ParkedState,
     Progress, Purpose as AttemptPurpose, RecoveryState, Review, ReviewAction, Role, Usd, UserId,
 };
+use crate::model::{DeliveryId, DeliveryState, WebhookEndpointId, WebhookEvent};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
@@ -598,4 +599,109 @@ pub struct Exposure {
     pub parked_hold_usd: Usd,
     pub submitting: i64,
     pub submitting_hold_usd: Usd,
+}
+
+/// A person's webhook endpoint.
+#[derive(Clone, Debug, Serialize)]
+pub struct WebhookEndpoint {
+    pub id: WebhookEndpointId,
+    pub user_id: UserId,
+    pub url: String,
+    pub events: Vec<WebhookEvent>,
+    #[serde(skip)]
+    pub secret: String,
+    /// Signs too, until it expires (24 hours after a rotation).
+    #[serde(skip)]
+    pub previous_secret: Option<String>,
+    pub previous_expires_at: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+    pub failing_since: Option<DateTime<Utc>>,
+    pub disabled_at: Option<DateTime<Utc>>,
+    pub disabled_reason: Option<String>,
+}
+
+#[derive(Clone, Debug)]
+pub struct NewWebhookEndpoint {
+    pub id: WebhookEndpointId,
+    pub user_id: UserId,
+    pub url: String,
+    pub events: Vec<WebhookEvent>,
+    pub secret: String,
+    pub created_at: DateTime<Utc>,
+}
+
+/// One delivery of one event to one target, with its exact envelope.
+#[derive(Clone, Debug, Serialize)]
+pub struct Delivery {
+    pub id: DeliveryId,
+    /// The `webhook-id` header: the same on every try and replay.
+    pub webhook_id: String,
+    pub endpoint_id: Option<WebhookEndpointId>,
+    pub user_id: UserId,
+    pub user_email: Email,
+    pub job_id: Option<JobId>,
+    pub event: WebhookEvent,
+    pub url: String,
+    pub body: String,
+    pub state: DeliveryState,
+    pub attempts: i32,
+    pub next_at: DateTime<Utc>,
+    pub last_status: Option<i32>,
+    pub last_error: Option<String>,
+    pub replays: i32,
+    pub created_at: DateTime<Utc>,
+    pub delivered_at: Option<DateTime<Utc>>,
+}
+
+/// A delivery a dispatcher claimed, with the secrets that sign it.
+#[derive(Clone, Debug)]
+pub struct ClaimedDelivery {
+    pub delivery: Delivery,
+    /// The claim's fencing token: the dispatcher's writes name it.
+    pub claim_token: i64,
+    /// The endpoint's secret and, within a rotation's 24 hours, the
+    /// previous one; or the owner's account secret for a job's own URL
+    /// (`None` until it is made on first use).
+    pub secrets: Vec<String>,
+}
+
+/// What one try of a delivery came to.
+#[derive(Clone, Debug)]
+pub enum DeliveryOutcome {
+    Delivered {
+        status: i32,
+    },
+    /// Tried again at `next_at`.
+    Retry {
+        status: Option<i32>,
+        error: String,
+        next_at: DateTime<Utc>,
+    },
+    /// That was the last try.
+    Dead {
+        status: Option<i32>,
+        error: String,
+    },
+}
+
+/// Which deliveries a list shows.
+#[derive(Clone, Debug, Default)]
+pub struct DeliveryFilter {
+    /// `None`: every user's (admins).
+    pub user: Option<UserId>,
+    pub state: Option<DeliveryState>,
+    pub endpoint: Option<WebhookEndpointId>,
+    pub since: Option<DateTime<Utc>>,
+    /// Where a page starts: after this (created_at, id), newest first.
+    pub before: Option<(DateTime<Utc>, DeliveryId)>,
+    pub limit: i64,
+}
+
+/// The backlog, for `/metrics` and the admin page.
+#[derive(Clone, Debug, Default)]
+pub struct WebhookStats {
+    pub by_state: Vec<(DeliveryState, i64)>,
+    pub oldest_pending: Option<DateTime<Utc>>,
+    /// Failed tries' last statuses by class: "4xx", "5xx", "3xx", "none".
+    pub failing_by_class: Vec<(String, i64)>,
 }

@@ -4,9 +4,11 @@
 
 mod review;
 mod spend;
+mod webhooks;
 
 pub use review::*;
 pub use spend::*;
+pub use webhooks::*;
 
 use leptos::prelude::*;
 use serde::{Deserialize, Serialize};

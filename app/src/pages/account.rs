@@ -1,4 +1,4 @@
-//! Account: change password; create, list and revoke API tokens.
+//! Account: change password; create, list and revoke API tokens; webhooks.
 
 use super::LoadError;
 use crate::data::{my_tokens, TokenRow};
@@ -51,6 +51,7 @@ pub fn AccountPage() -> impl IntoView {
                 </form>
             </section>
         </div>
+        <super::WebhooksSection />
     }
 }
 

@@ -119,6 +119,10 @@ fn OverviewView(o: Overview) -> impl IntoView {
             <div>
                 <h1>"Spend today"</h1>
                 <p class="lede">{format!("{} (UTC): what the day may spend, what it has spent, and what nobody could price.", d.day)}</p>
+                <nav class="nav" aria-label="Money pages">
+                    <a class="nav-link" href="/admin/spend">"Spend by range"</a>
+                    <a class="nav-link" href="/admin/budget" data-testid="budget-link">"Caps, halts and holds"</a>
+                </nav>
             </div>
             {halt_form}
         </header>

@@ -12,6 +12,7 @@ mod new_edit;
 mod review;
 mod status;
 mod users;
+mod webhooks;
 
 pub use account::AccountPage;
 pub use admin_jobs::AdminJobsPage;
@@ -24,6 +25,7 @@ pub use new_edit::NewEditPage;
 pub use review::{ReviewQueuePage, ReviewRecordPage};
 pub use status::{ForbiddenPage, NotFoundPage};
 pub use users::UsersPage;
+pub use webhooks::{AdminWebhooksPage, WebhooksSection};
 
 use leptos::prelude::*;
 

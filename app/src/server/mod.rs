@@ -6,6 +6,7 @@ pub mod flash;
 pub mod forms;
 pub mod guard;
 pub mod review;
+pub mod webhooks;
 
 use crate::app::{shell, App};
 use axum::extract::FromRef;
@@ -60,6 +61,7 @@ pub fn router(tollgate: Tollgate) -> Router {
     pages
         .merge(forms::router(tollgate.clone()))
         .merge(review::router(tollgate.clone()))
+        .merge(webhooks::router(tollgate.clone()))
         .merge(tollgate::api::router(tollgate.clone()))
         .layer(axum::middleware::from_fn(guard::cross_site_check))
         .layer(axum::middleware::from_fn_with_state(

@@ -176,9 +176,11 @@ impl Backend {
         };
         // Its parked record closes by the jobs_parked_closed trigger.
         refund_in(&mut tx, id, at).await?;
+        let job = job_from_row(&row)?;
+        let outbox = super::webhooks::write_outbox(&mut tx, &job, at).await?;
         tx.commit().await?;
-        self.committed(Purpose::Other, 3);
-        job_from_row(&row).map(Some)
+        self.committed(Purpose::Other, 3 + outbox);
+        Ok(Some(job))
     }
 
     /// Rule 3: refunds a failed or cancelled job, once, however often called.

@@ -13,6 +13,7 @@ mod parked;
 mod reads;
 mod spend;
 mod units;
+mod webhooks;
 
 use super::{Backend, Db};
 use crate::model::{

@@ -339,19 +339,24 @@ impl Backend {
                 }
                 // The terminal write (rule 9): its trigger settles every hold
                 // left at the estimate and closes the record.
-                let ended = sqlx::query(
+                let sql = format!(
                     "UPDATE jobs SET status = 'failed', error = $2, completed_at = $3 \
-                     WHERE id = $1 AND status = 'parked'",
-                )
-                .bind(job.0)
-                .bind(Json(d.failure.clone().unwrap_or_default()))
-                .bind(d.decided_at)
-                .execute(&mut *tx)
-                .await?;
-                if ended.rows_affected() == 0 {
+                     WHERE id = $1 AND status = 'parked' RETURNING {JOB_COLUMNS}"
+                );
+                let ended = sqlx::query(&sql)
+                    .bind(job.0)
+                    .bind(Json(d.failure.clone().unwrap_or_default()))
+                    .bind(d.decided_at)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                let Some(ended) = ended else {
                     return Ok(Decided::Stale("the job is no longer parked".into()));
-                }
+                };
                 statements += 2;
+                // Rule 13: the failure is announced in the same transaction.
+                statements +=
+                    super::webhooks::write_outbox(&mut tx, &job_from_row(&ended)?, d.decided_at)
+                        .await?;
                 // new_attempt: the original is refunded and the new job
                 // charged the same, so the person pays once.
                 if d.refund == Some(true) || new_job.is_some() {

@@ -544,7 +544,10 @@ async fn end_job(
         }
         _ => return Err(corrupt("only a terminal write or a park ends a run")),
     };
-    job_from_row(&row).map(Some)
+    let job = job_from_row(&row)?;
+    // Rule 13: what it announces goes in the same transaction.
+    *statements += super::webhooks::write_outbox(conn, &job, Utc::now()).await?;
+    Ok(Some(job))
 }
 
 /// The batch's explicit events, a few hundred rows a statement. Returns how

@@ -1,0 +1,226 @@
+//! Webhook form posts: a person adds, tests, rotates and deletes their
+//! endpoints (a new secret is shown once, in the flash); an admin replays
+//! one delivery, or everything dead for an endpoint since a time.
+
+use super::flash;
+use super::forms::report;
+use crate::data::{Flash, FlashKind};
+use axum::extract::rejection::FormRejection;
+use axum::extract::{Path, State};
+use axum::response::Redirect;
+use axum::routing::post;
+use axum::{Form, Router};
+use serde::Deserialize;
+use tollgate::auth::{AdminOnly, AnyUser, Authorized};
+use tollgate::model::{DeliveryId, WebhookEndpointId, WebhookEvent};
+use tollgate::{Error, Tollgate};
+use tower_sessions::Session;
+
+pub fn router(tollgate: Tollgate) -> Router {
+    Router::new()
+        .route("/account/webhooks", post(add))
+        .route("/account/webhooks/{id}/test", post(test))
+        .route("/account/webhooks/{id}/rotate", post(rotate))
+        .route("/account/webhooks/{id}/delete", post(delete))
+        .route("/admin/webhooks/{id}/replay", post(replay))
+        .route("/admin/webhooks/endpoints/{id}/replay", post(replay_since))
+        .with_state(tollgate)
+}
+
+const BACK: &str = "/account";
+
+fn endpoint_id(raw: &str) -> Result<WebhookEndpointId, Error> {
+    raw.parse().map_err(|_| Error::NotFound("webhook endpoint"))
+}
+
+#[derive(Deserialize)]
+pub struct AddForm {
+    #[serde(default)]
+    url: String,
+    ev_succeeded: Option<String>,
+    ev_failed: Option<String>,
+    ev_cancelled: Option<String>,
+    ev_parked: Option<String>,
+}
+
+async fn secret_flash(session: &Session, message: String, secret: String) {
+    flash::set(
+        session,
+        Flash {
+            kind: FlashKind::Ok,
+            message,
+            secret: Some(secret),
+            email: None,
+        },
+    )
+    .await;
+}
+
+async fn add(
+    State(t): State<Tollgate>,
+    who: Authorized<AnyUser>,
+    session: Session,
+    form: Result<Form<AddForm>, FormRejection>,
+) -> Redirect {
+    let result = async {
+        let Form(f) = form.map_err(|e| Error::invalid("form", e.body_text()))?;
+        let events: Vec<String> = [
+            (&f.ev_succeeded, WebhookEvent::Succeeded),
+            (&f.ev_failed, WebhookEvent::Failed),
+            (&f.ev_cancelled, WebhookEvent::Cancelled),
+            (&f.ev_parked, WebhookEvent::Parked),
+        ]
+        .into_iter()
+        .filter(|(on, _)| on.is_some())
+        .map(|(_, e)| e.as_str().to_string())
+        .collect();
+        if events.is_empty() {
+            return Err(Error::invalid("events", "choose at least one event"));
+        }
+        t.create_webhook_endpoint(who.user(), &f.url, &events).await
+    }
+    .await;
+    match result {
+        Ok(made) => {
+            secret_flash(
+                &session,
+                format!(
+                    "Endpoint added for {}. Its signing secret:",
+                    made.endpoint.url
+                ),
+                made.secret,
+            )
+            .await;
+            Redirect::to(BACK)
+        }
+        Err(e) => report(&session, e, BACK).await,
+    }
+}
+
+async fn test(
+    State(t): State<Tollgate>,
+    who: Authorized<AnyUser>,
+    session: Session,
+    Path(id): Path<String>,
+) -> Redirect {
+    let result = async { t.send_test_webhook(who.user(), endpoint_id(&id)?).await }.await;
+    match result {
+        Ok(_) => {
+            flash::ok(
+                &session,
+                "A test event is on its way; its delivery shows below.",
+            )
+            .await;
+            Redirect::to(BACK)
+        }
+        Err(e) => report(&session, e, BACK).await,
+    }
+}
+
+async fn rotate(
+    State(t): State<Tollgate>,
+    who: Authorized<AnyUser>,
+    session: Session,
+    Path(id): Path<String>,
+) -> Redirect {
+    let result = async { t.rotate_webhook_secret(who.user(), endpoint_id(&id)?).await }.await;
+    match result {
+        Ok(made) => {
+            secret_flash(
+                &session,
+                "New secret made. For 24 hours deliveries carry signatures by both the old and the new one:".into(),
+                made.secret,
+            )
+            .await;
+            Redirect::to(BACK)
+        }
+        Err(e) => report(&session, e, BACK).await,
+    }
+}
+
+async fn delete(
+    State(t): State<Tollgate>,
+    who: Authorized<AnyUser>,
+    session: Session,
+    Path(id): Path<String>,
+) -> Redirect {
+    let result = async {
+        t.delete_webhook_endpoint(who.user(), endpoint_id(&id)?)
+            .await
+    }
+    .await;
+    match result {
+        Ok(()) => {
+            flash::ok(&session, "Endpoint deleted.").await;
+            Redirect::to(BACK)
+        }
+        Err(e) => report(&session, e, BACK).await,
+    }
+}
+
+async fn replay(
+    State(t): State<Tollgate>,
+    admin: Authorized<AdminOnly>,
+    session: Session,
+    Path(id): Path<String>,
+) -> Redirect {
+    let back = "/admin/webhooks";
+    let result = async {
+        let id: DeliveryId = id.parse().map_err(|_| Error::NotFound("delivery"))?;
+        t.replay_delivery(admin.user(), id).await
+    }
+    .await;
+    match result {
+        Ok(d) => {
+            flash::ok(
+                &session,
+                format!(
+                    "Replaying {}: the same id and body, signed anew.",
+                    d.webhook_id
+                ),
+            )
+            .await;
+            Redirect::to(back)
+        }
+        Err(e) => report(&session, e, back).await,
+    }
+}
+
+#[derive(Deserialize)]
+pub struct SinceForm {
+    #[serde(default)]
+    since: String,
+}
+
+async fn replay_since(
+    State(t): State<Tollgate>,
+    admin: Authorized<AdminOnly>,
+    session: Session,
+    Path(id): Path<String>,
+    form: Result<Form<SinceForm>, FormRejection>,
+) -> Redirect {
+    let back = "/admin/webhooks?state=dead";
+    let result = async {
+        let Form(f) = form.map_err(|e| Error::invalid("form", e.body_text()))?;
+        let since = chrono::NaiveDateTime::parse_from_str(&f.since, "%Y-%m-%dT%H:%M")
+            .map(|n| n.and_utc())
+            .map_err(|_| Error::invalid("since", "must be a time like 2026-12-01T09:00"))?;
+        t.replay_dead_since(admin.user(), endpoint_id(&id)?, since)
+            .await
+    }
+    .await;
+    match result {
+        Ok(n) => {
+            flash::ok(
+                &session,
+                format!(
+                    "Replaying {n} dead deliver{}.",
+                    if n == 1 { "y" } else { "ies" }
+                ),
+            )
+            .await;
+            Redirect::to(back)
+        }
+        Err(e) => report(&session, e, back).await,
+    }
+}

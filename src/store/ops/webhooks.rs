@@ -1,0 +1,590 @@
+//! Webhooks (rule 13): endpoints and secrets, the outbox written in the
+//! same transaction as the state change it announces, dispatchers' claims
+//! (leased and fenced; `SKIP LOCKED` on PostgreSQL, so two nodes never post
+//! one row at once), each try's outcome, replays, and the backlog.
+
+use super::*;
+use crate::model::{DeliveryId, DeliveryState, WebhookEndpointId, WebhookEvent};
+use chrono::{DateTime, Utc};
+
+const ENDPOINT_COLUMNS: &str = "id, user_id, url, events, secret, previous_secret, \
+     previous_expires_at, created_at, failing_since, disabled_at, disabled_reason";
+const DELIVERY_COLUMNS: &str = "d.id, d.webhook_id, d.endpoint_id, d.user_id, d.job_id, d.event, \
+     d.url, d.body, d.state, d.attempts, d.next_at, d.last_status, d.last_error, d.replays, \
+     d.created_at, d.delivered_at, u.email AS user_email";
+/// An endpoint failing every try for this long is disabled.
+const FAILING_DAYS_MAX: i64 = 5;
+
+/// `,generation.succeeded,generation.failed,`: matched with LIKE '%,e,%'.
+fn events_text(events: &[WebhookEvent]) -> String {
+    let mut s = String::from(",");
+    for e in events {
+        s.push_str(e.as_str());
+        s.push(',');
+    }
+    s
+}
+
+fn parse_events(s: &str) -> Vec<WebhookEvent> {
+    s.split(',').filter_map(WebhookEvent::parse).collect()
+}
+
+fn endpoint_from_row(r: &Row) -> StoreResult<WebhookEndpoint> {
+    let events: String = r.try_get("events")?;
+    Ok(WebhookEndpoint {
+        id: WebhookEndpointId(r.try_get("id")?),
+        user_id: UserId(r.try_get("user_id")?),
+        url: r.try_get("url")?,
+        events: parse_events(&events),
+        secret: r.try_get("secret")?,
+        previous_secret: r.try_get("previous_secret")?,
+        previous_expires_at: r.try_get("previous_expires_at")?,
+        created_at: r.try_get("created_at")?,
+        failing_since: r.try_get("failing_since")?,
+        disabled_at: r.try_get("disabled_at")?,
+        disabled_reason: r.try_get("disabled_reason")?,
+    })
+}
+
+fn delivery_from_row(r: &Row) -> StoreResult<Delivery> {
+    let event: String = r.try_get("event")?;
+    let state: String = r.try_get("state")?;
+    Ok(Delivery {
+        id: DeliveryId(r.try_get("id")?),
+        webhook_id: r.try_get("webhook_id")?,
+        endpoint_id: r
+            .try_get::<Option<uuid::Uuid>, _>("endpoint_id")?
+            .map(WebhookEndpointId),
+        user_id: UserId(r.try_get("user_id")?),
+        user_email: Email::from_stored(r.try_get("user_email")?),
+        job_id: r.try_get::<Option<uuid::Uuid>, _>("job_id")?.map(JobId),
+        event: WebhookEvent::parse(&event).ok_or_else(|| corrupt(&event))?,
+        url: r.try_get("url")?,
+        body: r.try_get("body")?,
+        state: DeliveryState::parse(&state).ok_or_else(|| corrupt(&state))?,
+        attempts: r.try_get("attempts")?,
+        next_at: r.try_get("next_at")?,
+        last_status: r.try_get("last_status")?,
+        last_error: r.try_get("last_error")?,
+        replays: r.try_get("replays")?,
+        created_at: r.try_get("created_at")?,
+        delivered_at: r.try_get("delivered_at")?,
+    })
+}
+
+/// Rule 13's outbox: the deliveries announcing `job`'s new state, written
+/// in the transaction that stored it, one per target (the owner's enabled
+/// endpoints that want the event, and the job's own webhook_url), each
+/// under `<job>:<event>` and do-nothing-on-conflict: a re-run writes
+/// nothing new. The envelope is built from the job as stored, now, and is
+/// kept exactly. Returns how many statements it took.
+pub(super) async fn write_outbox(
+    conn: &mut Conn,
+    job: &Job,
+    at: DateTime<Utc>,
+) -> StoreResult<u64> {
+    let Some(event) = WebhookEvent::of(job.status) else {
+        return Ok(0);
+    };
+    let pattern = format!("%,{},%", event.as_str());
+    let endpoints: Vec<(uuid::Uuid, String)> = sqlx::query_as(
+        "SELECT id, url FROM webhook_endpoints WHERE user_id = $1 AND disabled_at IS NULL \
+         AND deleted_at IS NULL AND events LIKE $2",
+    )
+    .bind(job.user_id.0)
+    .bind(&pattern)
+    .fetch_all(&mut *conn)
+    .await?;
+    let own = job.request.webhook_url().map(str::to_string);
+    if endpoints.is_empty() && own.is_none() {
+        return Ok(1);
+    }
+    let sql = format!(
+        "SELECT {ATTEMPT_COLUMNS} FROM attempts WHERE job_id = $1 ORDER BY started_at, attempt_no"
+    );
+    let attempts = sqlx::query(&sql)
+        .bind(job.id.0)
+        .fetch_all(&mut *conn)
+        .await?
+        .iter()
+        .map(attempt_from_row)
+        .collect::<StoreResult<Vec<_>>>()?;
+    let body = crate::webhooks::envelope(event, job, &attempts, at);
+    let webhook_id = format!("{}:{}", job.id, event.as_str());
+    let mut targets: Vec<(String, Option<uuid::Uuid>, String)> = endpoints
+        .into_iter()
+        .map(|(id, url)| (format!("endpoint:{id}"), Some(id), url))
+        .collect();
+    if let Some(url) = own {
+        targets.push(("job".into(), None, url));
+    }
+    for (target, endpoint, url) in &targets {
+        sqlx::query(
+            "INSERT INTO webhook_deliveries (id, webhook_id, target, endpoint_id, user_id, job_id, event, url, \
+             body, next_at, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10) \
+             ON CONFLICT (webhook_id, target) DO NOTHING",
+        )
+        .bind(uuid::Uuid::new_v4())
+        .bind(&webhook_id)
+        .bind(target)
+        .bind(endpoint)
+        .bind(job.user_id.0)
+        .bind(job.id.0)
+        .bind(event.as_str())
+        .bind(url)
+        .bind(&body)
+        .bind(at)
+        .execute(&mut *conn)
+        .await?;
+    }
+    Ok(2 + targets.len() as u64)
+}
+
+impl Backend {
+    pub async fn insert_webhook_endpoint(
+        &self,
+        e: &NewWebhookEndpoint,
+    ) -> StoreResult<WebhookEndpoint> {
+        let sql = format!(
+            "INSERT INTO webhook_endpoints (id, user_id, url, events, secret, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6) RETURNING {ENDPOINT_COLUMNS}"
+        );
+        let row = sqlx::query(&sql)
+            .bind(e.id.0)
+            .bind(e.user_id.0)
+            .bind(&e.url)
+            .bind(events_text(&e.events))
+            .bind(&e.secret)
+            .bind(e.created_at)
+            .fetch_one(&self.writer)
+            .await?;
+        self.committed(Purpose::Other, 1);
+        endpoint_from_row(&row)
+    }
+
+    /// A person's endpoints (`None`: everyone's), oldest first, deleted ones left out.
+    pub async fn webhook_endpoints(
+        &self,
+        user: Option<UserId>,
+    ) -> StoreResult<Vec<WebhookEndpoint>> {
+        let sql = match user {
+            Some(_) => format!(
+                "SELECT {ENDPOINT_COLUMNS} FROM webhook_endpoints WHERE user_id = $1 AND deleted_at IS NULL \
+                 ORDER BY created_at, id"
+            ),
+            None => format!(
+                "SELECT {ENDPOINT_COLUMNS} FROM webhook_endpoints WHERE deleted_at IS NULL ORDER BY created_at, id"
+            ),
+        };
+        let mut q = sqlx::query(&sql);
+        if let Some(u) = user {
+            q = q.bind(u.0);
+        }
+        q.fetch_all(&self.reader)
+            .await?
+            .iter()
+            .map(endpoint_from_row)
+            .collect()
+    }
+
+    pub async fn webhook_endpoint(
+        &self,
+        id: WebhookEndpointId,
+    ) -> StoreResult<Option<WebhookEndpoint>> {
+        let sql = format!(
+            "SELECT {ENDPOINT_COLUMNS} FROM webhook_endpoints WHERE id = $1 AND deleted_at IS NULL"
+        );
+        sqlx::query(&sql)
+            .bind(id.0)
+            .fetch_optional(&self.reader)
+            .await?
+            .as_ref()
+            .map(endpoint_from_row)
+            .transpose()
+    }
+
+    /// Deletes a person's endpoint; its pending deliveries end dead (kept,
+    /// with their envelopes). False when it is not theirs.
+    pub async fn delete_webhook_endpoint(
+        &self,
+        id: WebhookEndpointId,
+        user: UserId,
+        at: DateTime<Utc>,
+    ) -> StoreResult<bool> {
+        let mut tx = self.writer.begin().await?;
+        let r = sqlx::query(
+            "UPDATE webhook_endpoints SET deleted_at = $3 WHERE id = $1 AND user_id = $2 AND deleted_at IS NULL",
+        )
+        .bind(id.0)
+        .bind(user.0)
+        .bind(at)
+        .execute(&mut *tx)
+        .await?;
+        if r.rows_affected() == 0 {
+            return Ok(false);
+        }
+        sqlx::query(
+            "UPDATE webhook_deliveries SET state = 'dead', last_error = 'the endpoint was deleted', \
+             lease_owner = NULL, lease_expires_at = NULL WHERE endpoint_id = $1 AND state = 'pending'",
+        )
+        .bind(id.0)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        self.committed(Purpose::Other, 2);
+        Ok(true)
+    }
+
+    /// A new secret for a person's endpoint; the old one keeps signing
+    /// until `previous_expires_at`.
+    pub async fn rotate_webhook_secret(
+        &self,
+        id: WebhookEndpointId,
+        user: UserId,
+        secret: &str,
+        previous_expires_at: DateTime<Utc>,
+    ) -> StoreResult<Option<WebhookEndpoint>> {
+        let sql = format!(
+            "UPDATE webhook_endpoints SET previous_secret = secret, previous_expires_at = $4, secret = $3 \
+             WHERE id = $1 AND user_id = $2 AND deleted_at IS NULL RETURNING {ENDPOINT_COLUMNS}"
+        );
+        let row = sqlx::query(&sql)
+            .bind(id.0)
+            .bind(user.0)
+            .bind(secret)
+            .bind(previous_expires_at)
+            .fetch_optional(&self.writer)
+            .await?;
+        self.committed(Purpose::Other, 1);
+        row.as_ref().map(endpoint_from_row).transpose()
+    }
+
+    /// A person's account secret (it signs deliveries to a job's own
+    /// webhook_url), made with `candidate` on first use.
+    pub async fn account_webhook_secret(
+        &self,
+        user: UserId,
+        candidate: &str,
+        at: DateTime<Utc>,
+    ) -> StoreResult<String> {
+        sqlx::query(
+            "INSERT INTO webhook_secrets (user_id, secret, created_at) VALUES ($1, $2, $3) \
+             ON CONFLICT (user_id) DO NOTHING",
+        )
+        .bind(user.0)
+        .bind(candidate)
+        .bind(at)
+        .execute(&self.writer)
+        .await?;
+        self.committed(Purpose::Other, 1);
+        Ok(
+            sqlx::query_scalar("SELECT secret FROM webhook_secrets WHERE user_id = $1")
+                .bind(user.0)
+                .fetch_one(&self.writer)
+                .await?,
+        )
+    }
+
+    /// A test event to one endpoint, outside any job.
+    pub async fn insert_test_delivery(
+        &self,
+        endpoint: &WebhookEndpoint,
+        webhook_id: &str,
+        body: &str,
+        at: DateTime<Utc>,
+    ) -> StoreResult<DeliveryId> {
+        let id = DeliveryId::new();
+        sqlx::query(
+            "INSERT INTO webhook_deliveries (id, webhook_id, target, endpoint_id, user_id, job_id, event, url, \
+             body, next_at, created_at) VALUES ($1, $2, $3, $4, $5, NULL, $6, $7, $8, $9, $9)",
+        )
+        .bind(id.0)
+        .bind(webhook_id)
+        .bind(format!("endpoint:{}", endpoint.id))
+        .bind(endpoint.id.0)
+        .bind(endpoint.user_id.0)
+        .bind(WebhookEvent::Test.as_str())
+        .bind(&endpoint.url)
+        .bind(body)
+        .bind(at)
+        .execute(&self.writer)
+        .await?;
+        self.committed(Purpose::Other, 1);
+        Ok(id)
+    }
+
+    /// Claims up to `n` due deliveries for `owner`, leased for `lease_s`
+    /// seconds of the database's clock; each claim bumps the row's token.
+    pub async fn claim_deliveries(
+        &self,
+        owner: &str,
+        n: i64,
+        lease_s: f64,
+    ) -> StoreResult<Vec<ClaimedDelivery>> {
+        let mut tx = self.writer.begin().await?;
+        let sql = concat!(
+                "UPDATE webhook_deliveries SET lease_owner = $1, lease_expires_at = ",
+                now_plus_seconds!("$2"),
+                ", claim_token = claim_token + 1 \
+                 WHERE id IN (SELECT id FROM webhook_deliveries WHERE state = 'pending' AND next_at <= ",
+                now!(),
+                " AND (lease_expires_at IS NULL OR lease_expires_at < ",
+                now!(),
+                ") ORDER BY next_at LIMIT $3 ",
+                for_update_skip_locked!(),
+                ") RETURNING id"
+        );
+        let ids: Vec<uuid::Uuid> = sqlx::query_scalar(sql)
+            .bind(owner)
+            .bind(lease_s)
+            .bind(n)
+            .fetch_all(&mut *tx)
+            .await?;
+        let mut out = Vec::with_capacity(ids.len());
+        for id in ids {
+            let sql = format!(
+                "SELECT {DELIVERY_COLUMNS}, d.claim_token, e.secret AS endpoint_secret, \
+                 CASE WHEN e.previous_expires_at > {} THEN e.previous_secret END AS previous_secret, \
+                 s.secret AS account_secret \
+                 FROM webhook_deliveries d JOIN users u ON u.id = d.user_id \
+                 LEFT JOIN webhook_endpoints e ON e.id = d.endpoint_id \
+                 LEFT JOIN webhook_secrets s ON s.user_id = d.user_id WHERE d.id = $1",
+                now!()
+            );
+            let row = sqlx::query(&sql).bind(id).fetch_one(&mut *tx).await?;
+            let delivery = delivery_from_row(&row)?;
+            let secrets: Vec<String> = if delivery.endpoint_id.is_some() {
+                [
+                    row.try_get::<Option<String>, _>("endpoint_secret")?,
+                    row.try_get::<Option<String>, _>("previous_secret")?,
+                ]
+                .into_iter()
+                .flatten()
+                .collect()
+            } else {
+                row.try_get::<Option<String>, _>("account_secret")?
+                    .into_iter()
+                    .collect()
+            };
+            out.push(ClaimedDelivery {
+                claim_token: row.try_get("claim_token")?,
+                delivery,
+                secrets,
+            });
+        }
+        tx.commit().await?;
+        self.committed(Purpose::Other, 1 + out.len() as u64);
+        Ok(out)
+    }
+
+    /// Records one try's outcome, only for the claim that made it (a
+    /// dispatcher whose lease ran out writes nothing). Keeps the endpoint's
+    /// health: a success clears its failing streak; a 410, or five days of
+    /// failures, disables it, saying why. False when the claim was stale.
+    pub async fn finish_delivery(
+        &self,
+        id: DeliveryId,
+        claim_token: i64,
+        outcome: &DeliveryOutcome,
+        at: DateTime<Utc>,
+    ) -> StoreResult<bool> {
+        let mut tx = self.writer.begin().await?;
+        let (state, status, error, next_at) = match outcome {
+            DeliveryOutcome::Delivered { status } => ("delivered", Some(*status), None, None),
+            DeliveryOutcome::Retry {
+                status,
+                error,
+                next_at,
+            } => ("pending", *status, Some(error.as_str()), Some(*next_at)),
+            DeliveryOutcome::Dead { status, error } => {
+                ("dead", *status, Some(error.as_str()), None)
+            }
+        };
+        let row = sqlx::query(
+            "UPDATE webhook_deliveries SET state = $3, attempts = attempts + 1, last_status = $4, \
+             last_error = $5, next_at = COALESCE($6, next_at), lease_owner = NULL, lease_expires_at = NULL, \
+             delivered_at = CASE WHEN $3 = 'delivered' THEN $7 ELSE delivered_at END \
+             WHERE id = $1 AND claim_token = $2 AND state = 'pending' RETURNING endpoint_id",
+        )
+        .bind(id.0)
+        .bind(claim_token)
+        .bind(state)
+        .bind(status)
+        .bind(error)
+        .bind(next_at)
+        .bind(at)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(row) = row else {
+            return Ok(false);
+        };
+        let mut statements = 1;
+        if let Some(endpoint) = row.try_get::<Option<uuid::Uuid>, _>("endpoint_id")? {
+            statements += 1;
+            if matches!(outcome, DeliveryOutcome::Delivered { .. }) {
+                sqlx::query("UPDATE webhook_endpoints SET failing_since = NULL WHERE id = $1")
+                    .bind(endpoint)
+                    .execute(&mut *tx)
+                    .await?;
+            } else if status == Some(410) {
+                sqlx::query(
+                    "UPDATE webhook_endpoints SET disabled_at = $2, disabled_reason = $3 \
+                     WHERE id = $1 AND disabled_at IS NULL",
+                )
+                .bind(endpoint)
+                .bind(at)
+                .bind("the receiver answered 410 Gone: it asked not to be called again")
+                .execute(&mut *tx)
+                .await?;
+            } else {
+                sqlx::query(
+                    "UPDATE webhook_endpoints SET failing_since = COALESCE(failing_since, $2) WHERE id = $1",
+                )
+                .bind(endpoint)
+                .bind(at)
+                .execute(&mut *tx)
+                .await?;
+                sqlx::query(
+                    "UPDATE webhook_endpoints SET disabled_at = $2, disabled_reason = $3 \
+                     WHERE id = $1 AND disabled_at IS NULL AND failing_since < $4",
+                )
+                .bind(endpoint)
+                .bind(at)
+                .bind(format!(
+                    "every try failed for {FAILING_DAYS_MAX} days (last: {})",
+                    error.unwrap_or("no answer")
+                ))
+                .bind(at - chrono::Duration::days(FAILING_DAYS_MAX))
+                .execute(&mut *tx)
+                .await?;
+                statements += 1;
+            }
+        }
+        tx.commit().await?;
+        self.committed(Purpose::Other, statements);
+        Ok(true)
+    }
+
+    /// Deliveries, newest first, filtered, before a cursor.
+    pub async fn list_deliveries(&self, f: &DeliveryFilter) -> StoreResult<Vec<Delivery>> {
+        let mut sql = format!(
+            "SELECT {DELIVERY_COLUMNS} FROM webhook_deliveries d JOIN users u ON u.id = d.user_id WHERE 1 = 1"
+        );
+        let mut n = 0;
+        let mut next = || {
+            n += 1;
+            n
+        };
+        if f.user.is_some() {
+            sql += &format!(" AND d.user_id = ${}", next());
+        }
+        if f.state.is_some() {
+            sql += &format!(" AND d.state = ${}", next());
+        }
+        if f.endpoint.is_some() {
+            sql += &format!(" AND d.endpoint_id = ${}", next());
+        }
+        if f.since.is_some() {
+            sql += &format!(" AND d.created_at >= ${}", next());
+        }
+        if f.before.is_some() {
+            let (a, b) = (next(), next());
+            sql += &format!(" AND (d.created_at < ${a} OR (d.created_at = ${a} AND d.id < ${b}))");
+        }
+        sql += &format!(" ORDER BY d.created_at DESC, d.id DESC LIMIT ${}", next());
+        let mut q = sqlx::query(&sql);
+        if let Some(u) = f.user {
+            q = q.bind(u.0);
+        }
+        if let Some(s) = f.state {
+            q = q.bind(s.as_str());
+        }
+        if let Some(e) = f.endpoint {
+            q = q.bind(e.0);
+        }
+        if let Some(t) = f.since {
+            q = q.bind(t);
+        }
+        if let Some((at, id)) = f.before {
+            q = q.bind(at).bind(id.0);
+        }
+        q.bind(f.limit)
+            .fetch_all(&self.reader)
+            .await?
+            .iter()
+            .map(delivery_from_row)
+            .collect()
+    }
+
+    pub async fn delivery(&self, id: DeliveryId) -> StoreResult<Option<Delivery>> {
+        let sql = format!(
+            "SELECT {DELIVERY_COLUMNS} FROM webhook_deliveries d JOIN users u ON u.id = d.user_id WHERE d.id = $1"
+        );
+        sqlx::query(&sql)
+            .bind(id.0)
+            .fetch_optional(&self.reader)
+            .await?
+            .as_ref()
+            .map(delivery_from_row)
+            .transpose()
+    }
+
+    /// Sends a delivered or dead delivery again: the same webhook-id and
+    /// body, due now, its tries counted afresh. The ids replayed.
+    pub async fn replay_deliveries(
+        &self,
+        ids: &[DeliveryId],
+        at: DateTime<Utc>,
+    ) -> StoreResult<Vec<DeliveryId>> {
+        let mut tx = self.writer.begin().await?;
+        let mut replayed = Vec::new();
+        for id in ids {
+            let r = sqlx::query(
+                "UPDATE webhook_deliveries SET state = 'pending', attempts = 0, next_at = $2, \
+                 replays = replays + 1, lease_owner = NULL, lease_expires_at = NULL \
+                 WHERE id = $1 AND state IN ('delivered', 'dead')",
+            )
+            .bind(id.0)
+            .bind(at)
+            .execute(&mut *tx)
+            .await?;
+            if r.rows_affected() == 1 {
+                replayed.push(*id);
+            }
+        }
+        tx.commit().await?;
+        self.committed(Purpose::Other, ids.len() as u64);
+        Ok(replayed)
+    }
+
+    /// The backlog by state, the oldest pending, and failing deliveries
+    /// by the class of their last status.
+    pub async fn webhook_stats(&self) -> StoreResult<WebhookStats> {
+        let by_state = sqlx::query_as::<_, (String, i64)>(
+            "SELECT state, COUNT(*) FROM webhook_deliveries GROUP BY state",
+        )
+        .fetch_all(&self.reader)
+        .await?
+        .into_iter()
+        .filter_map(|(s, n)| DeliveryState::parse(&s).map(|s| (s, n)))
+        .collect();
+        let oldest_pending: Option<DateTime<Utc>> = sqlx::query_scalar(
+            "SELECT MIN(created_at) FROM webhook_deliveries WHERE state = 'pending'",
+        )
+        .fetch_one(&self.reader)
+        .await?;
+        let failing_by_class = sqlx::query_as::<_, (String, i64)>(
+            "SELECT CASE WHEN last_status IS NULL THEN 'none' \
+                         WHEN last_status >= 500 THEN '5xx' WHEN last_status >= 400 THEN '4xx' \
+                         WHEN last_status >= 300 THEN '3xx' ELSE 'other' END AS class, COUNT(*) \
+             FROM webhook_deliveries WHERE attempts > 0 AND state <> 'delivered' GROUP BY 1",
+        )
+        .fetch_all(&self.reader)
+        .await?;
+        Ok(WebhookStats {
+            by_state,
+            oldest_pending,
+            failing_by_class,
+        })
+    }
+}
