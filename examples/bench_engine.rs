@@ -102,13 +102,21 @@ fn free_port() -> u16 {
 }
 
 /// Starts `tollgate serve --role ROLE` on the test database; waits for
-/// /healthz; returns the process and its base URL.
-async fn node(bin: &str, db: &TestDb, role: &str, workers: usize) -> (std::process::Child, String) {
+/// /healthz; returns the process, its base URL and its internal
+/// operations listener's (where /metrics needs no token).
+async fn node(
+    bin: &str,
+    db: &TestDb,
+    role: &str,
+    workers: usize,
+) -> (std::process::Child, String, String) {
     let port = free_port();
+    let ops = free_port();
     let mut child = Command::new(bin)
         .args(["serve", "--role", role])
         .env("TOLLGATE_DATABASE_URL", &db.url)
         .env("TOLLGATE_LISTEN", format!("127.0.0.1:{port}"))
+        .env("TOLLGATE_OPS_LISTEN", format!("127.0.0.1:{ops}"))
         .env("TOLLGATE_STORAGE", db.dir.join("objects"))
         .env("TOLLGATE_SITE_ROOT", db.dir.join("site"))
         .env("TOLLGATE_CONFIG", db.dir.join("tollgate.toml"))
@@ -121,7 +129,7 @@ async fn node(bin: &str, db: &TestDb, role: &str, workers: usize) -> (std::proce
     let http = reqwest::Client::new();
     for _ in 0..600 {
         if http.get(format!("{base}/healthz")).send().await.is_ok() {
-            return (child, base);
+            return (child, base, format!("http://127.0.0.1:{ops}"));
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -181,7 +189,7 @@ async fn drain(
         .upload_asset(&u, Some("image/png"), photo().into())
         .await
         .unwrap();
-    let (mut web, base) = node(bin, &db, "web", workers).await;
+    let (mut web, base, _) = node(bin, &db, "web", workers).await;
     let mut tasks = Vec::new();
     for c in 0..16 {
         let (base, token) = (base.clone(), token.clone());
@@ -207,7 +215,7 @@ async fn drain(
     let _ = web.kill();
     let _ = web.wait();
     assert_eq!(count(&db, JobStatus::Queued).await as usize, jobs);
-    let (mut worker, base) = node(bin, &db, "worker", workers).await;
+    let (mut worker, _, ops) = node(bin, &db, "worker", workers).await;
     let cpu_before = [cpu_of(worker.id()), cpu_of(mock_pid), postgres_cpu()];
     let started = Instant::now();
     // Asked ten times a second: often enough to time the drain to a few
@@ -236,7 +244,7 @@ async fn drain(
         .map(|(b, a)| (a - b) * 1000.0 / jobs as f64)
         .collect();
     let rate = jobs as f64 / started.elapsed().as_secs_f64();
-    let counts = db_counts(&base).await;
+    let counts = db_counts(&ops).await;
     let _ = worker.kill();
     let _ = worker.wait();
     assert_eq!(

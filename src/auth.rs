@@ -233,8 +233,15 @@ pub fn session_layer(
     let idle = tower_sessions::Expiry::OnInactivity(time::Duration::minutes(
         tollgate.config().session_idle_minutes,
     ));
+    // Over https the cookie is `__Host-`: Secure, for this host and path /
+    // only, so no subdomain can set or shadow it.
+    let name = if tollgate.config().secure_cookies {
+        "__Host-tollgate_session"
+    } else {
+        "tollgate_session"
+    };
     tower_sessions::SessionManagerLayer::new(tollgate.store().session_backend())
-        .with_name("tollgate_session")
+        .with_name(name)
         .with_http_only(true)
         .with_same_site(tower_sessions::cookie::SameSite::Lax)
         .with_secure(tollgate.config().secure_cookies)
@@ -342,5 +349,71 @@ mod tests {
         assert_eq!(a.hash.len(), 64);
         assert!(!a.hash.contains(&a.secret));
         assert!(a.secret.starts_with(&a.prefix));
+    }
+}
+
+/// `scheme://host[:port]` of a URL, lower-cased; `None` when it has none.
+pub fn origin_of(url: &str) -> Option<String> {
+    let u = reqwest::Url::parse(url).ok()?;
+    u.host_str()?;
+    Some(u.origin().ascii_serialization().to_ascii_lowercase())
+}
+
+/// Where a sign-in may send a person: only a path of this app. The target
+/// is parsed as a URL relative to our own origin (as a browser would) and
+/// kept only when the origin is unchanged; control characters, spaces and
+/// backslashes (which browsers read as slashes: `/\\evil`, `/\t/evil`) are
+/// refused outright. Anything else goes to `/edits`.
+pub fn safe_redirect(next: &str) -> &str {
+    const HOME: &str = "/edits";
+    if !next.starts_with('/')
+        || next.len() > 2000
+        || next
+            .chars()
+            .any(|c| c.is_control() || c.is_whitespace() || c == '\\')
+    {
+        return HOME;
+    }
+    let Ok(base) = reqwest::Url::parse("http://tollgate.invalid/") else {
+        return HOME;
+    };
+    match base.join(next) {
+        Ok(u) if u.origin() == base.origin() => next,
+        _ => HOME,
+    }
+}
+
+#[cfg(test)]
+mod redirect_tests {
+    use super::safe_redirect;
+
+    #[test]
+    fn only_our_own_paths() {
+        for ok in [
+            "/edits",
+            "/edits/123?x=1#y",
+            "/review?stage=polling_exhausted",
+            "/a/b/../c",
+            // Encoded, so it stays inside the path: no header can be split.
+            "/%0d%0aSet-Cookie:x",
+        ] {
+            assert_eq!(safe_redirect(ok), ok);
+        }
+        for bad in [
+            "//evil.example",
+            "/\t/evil.example",
+            "/\tevil.example",
+            "/\\evil.example",
+            "\\\\evil.example",
+            "https://evil.example/",
+            "http:evil.example",
+            "/ /evil.example",
+            "/\n/evil.example",
+            "javascript:alert(1)",
+            "evil.example",
+            "",
+        ] {
+            assert_eq!(safe_redirect(bad), "/edits", "{bad:?}");
+        }
     }
 }

@@ -39,12 +39,19 @@ pub enum LogFormat {
 pub struct Config {
     pub database_url: String,
     pub listen: SocketAddr,
+    /// An internal listener for `/healthz`, `/readyz`, `/metrics` (without
+    /// a token) and the OpenAPI document.
+    pub ops_listen: Option<SocketAddr>,
     pub storage: String,
     pub config_file: Option<PathBuf>,
     /// The parsed `TOLLGATE_CONFIG` file, when one is given.
     pub file: toml::Table,
     /// Session cookies carry `Secure` (set when Tollgate is served over https).
     pub secure_cookies: bool,
+    /// Where people reach Tollgate (`TOLLGATE_PUBLIC_URL`): a form post's
+    /// Origin must be this one; without it, first-run set-up is accepted
+    /// only from loopback.
+    pub public_origin: Option<String>,
     /// A session unused this long expires.
     pub session_idle_minutes: i64,
     pub log_format: LogFormat,
@@ -104,6 +111,16 @@ impl Config {
                 format!("{listen_raw:?} is not an address like 127.0.0.1:3000"),
             )
         })?;
+
+        let ops_listen = match non_empty("TOLLGATE_OPS_LISTEN") {
+            None => None,
+            Some(raw) => Some(raw.trim().parse::<SocketAddr>().map_err(|_| {
+                ConfigError::new(
+                    "TOLLGATE_OPS_LISTEN",
+                    format!("{raw:?} is not an address like 127.0.0.1:9090"),
+                )
+            })?),
+        };
 
         let storage = non_empty("TOLLGATE_STORAGE").unwrap_or_else(|| DEFAULT_STORAGE.into());
         if storage.contains("://") && !storage.starts_with("s3://") {
@@ -179,6 +196,24 @@ impl Config {
                     "TOLLGATE_SECURE_COOKIES",
                     format!("{other:?} is not true or false"),
                 ))
+            }
+        };
+
+        let public_origin = match non_empty("TOLLGATE_PUBLIC_URL") {
+            None => None,
+            Some(u) => {
+                let url = reqwest::Url::parse(u.trim()).ok().filter(|url| {
+                    matches!(url.scheme(), "http" | "https") && url.host_str().is_some()
+                });
+                match url {
+                    Some(url) => Some(url.origin().ascii_serialization()),
+                    None => {
+                        return Err(ConfigError::new(
+                            "TOLLGATE_PUBLIC_URL",
+                            format!("{u:?} is not a URL like https://tollgate.example.com"),
+                        ))
+                    }
+                }
             }
         };
 
@@ -332,10 +367,12 @@ impl Config {
         Ok(Config {
             database_url,
             listen,
+            ops_listen,
             storage,
             config_file,
             file,
             secure_cookies,
+            public_origin,
             session_idle_minutes,
             log_format,
             logins_per_account_per_minute,

@@ -31,6 +31,17 @@ struct Inner {
     claim_conflicts: std::sync::atomic::AtomicU64,
 }
 
+/// The address guard for what providers tell us to download (the same as
+/// webhooks': no internal address unless allowed).
+fn webhook_guard(config: &Config) -> crate::webhooks::guard::Guard {
+    let g = crate::webhooks::guard::Guard::new(config.webhook_allow_networks.clone());
+    if config.webhook_allow_public {
+        g
+    } else {
+        g.allowed_networks_only()
+    }
+}
+
 impl Tollgate {
     pub fn new(store: Store, objects: ObjectStore, config: Config) -> Tollgate {
         let login_limits = LoginLimits::new(
@@ -45,7 +56,7 @@ impl Tollgate {
                 local: crate::providers::local::LocalProvider {
                     faults: config.models.faults.clone(),
                 },
-                http: crate::providers::http::HttpProvider::new(),
+                http: crate::providers::http::HttpProvider::with_guard(webhook_guard(&config)),
                 config,
                 login_limits,
                 doorbell: Arc::new(tokio::sync::Notify::new()),

@@ -80,6 +80,20 @@ impl TestDb {
         self
     }
 
+    /// Serves the internal operations listener (`/metrics` without a
+    /// token) on 127.0.0.1 and a free port; returns its base URL.
+    pub async fn serve_ops(&self) -> String {
+        let app = crate::api::internal_router(self.tollgate.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("binding a test port");
+        let addr = listener.local_addr().expect("a local address");
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        format!("http://{addr}")
+    }
+
     /// Serves the `/v1` API (with sessions) on 127.0.0.1 and a free port;
     /// returns its base URL. The server lives as long as the runtime.
     pub async fn serve_api(&self) -> String {

@@ -676,7 +676,31 @@ async fn metrics_speak_prometheus(db: TestDb) {
         .submit_job(&u, Some("m1"), &body)
         .await
         .unwrap();
+    // Admins only, here; a scraper uses a token or the internal listener.
     let r = s.http.get(s.url("/metrics")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    let (_, user_token) = s.db_tollgate.create_api_token(&u, "u").await.unwrap();
+    let r = s
+        .http
+        .get(s.url("/metrics"))
+        .bearer_auth(&user_token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::FORBIDDEN);
+    let admin = s
+        .db_tollgate
+        .add_user("ops@example.com", Role::Admin, PASSWORD)
+        .await
+        .unwrap();
+    let (_, admin_token) = s.db_tollgate.create_api_token(&admin, "a").await.unwrap();
+    let r = s
+        .http
+        .get(s.url("/metrics"))
+        .bearer_auth(&admin_token)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), StatusCode::OK);
     let text = r.text().await.unwrap();
     assert!(

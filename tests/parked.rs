@@ -996,6 +996,7 @@ mod http {
         // (one per stage loop above), and how long reviewers took.
         let text = http
             .get(format!("{base}/metrics"))
+            .bearer_auth(&admin)
             .send()
             .await
             .unwrap()

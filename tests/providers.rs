@@ -144,7 +144,108 @@ both_backends!(
     a_run_that_lost_its_lease_writes_nothing_after_the_call,
     the_prediction_window_counts_from_the_attempts_start,
     a_submit_503_is_uncertain_unless_the_model_says_otherwise,
+    a_hostile_output_is_not_stored_and_fails_the_attempt,
+    an_output_on_another_host_is_never_fetched,
+    outputs_and_uploads_cannot_run_on_our_origin,
 );
+
+/// A provider that answers with an HTML page (claiming image/png): sniffed,
+/// refused, never stored; the attempt fails as an invalid output at what it
+/// cost, and the job is refunded.
+async fn a_hostile_output_is_not_stored_and_fails_the_attempt(db: TestDb) {
+    let m = mock(true, true, 0, Some("0.100000")).await;
+    let db = db
+        .with_config(&model("m", &m, "default = true\nattempts = 1"))
+        .await;
+    let u = person(&db).await;
+    script(&m, &["html_output"]).await;
+    let id = edit(&db, &u, "hostile").await;
+    let job = run_until_settled(&db, id).await;
+    assert_eq!(job.status, JobStatus::Failed);
+    assert_eq!(job.error.as_ref().unwrap()["code"], "INVALID_OUTPUT");
+    let a = db.store().attempts(id).await.unwrap();
+    let generate: Vec<_> = a
+        .iter()
+        .filter(|a| a.purpose == AttemptPurpose::Generate)
+        .collect();
+    assert_eq!(generate.len(), 1);
+    assert_eq!(generate[0].state, AttemptState::Failed);
+    assert_eq!(generate[0].error_class.as_deref(), Some("invalid_output"));
+    assert_eq!(generate[0].cost_usd, Some(usd("0.1")), "it was paid for");
+    let key = tollgate::storage::ObjectKey::parse(&format!("outputs/{id}")).unwrap();
+    assert!(
+        db.tollgate.objects().head(&key).await.unwrap().is_none(),
+        "nothing stored"
+    );
+    assert_eq!(balance(&db, &u).await, Credits(100), "refunded");
+}
+
+/// An output URL on a host the model does not list is refused before any
+/// connection (it names 169.254.169.254); the job parks with the reason.
+async fn an_output_on_another_host_is_never_fetched(db: TestDb) {
+    let m = mock(true, true, 0, Some("0.100000")).await;
+    let db = db
+        .with_config(&model("m", &m, "default = true\nattempts = 1"))
+        .await;
+    let u = person(&db).await;
+    script(&m, &["foreign_output"]).await;
+    let id = edit(&db, &u, "foreign").await;
+    let job = run_until_settled(&db, id).await;
+    assert_eq!(job.status, JobStatus::Parked, "{:?}", job.error);
+    let p = db.store().parked_for_job(id).await.unwrap().unwrap();
+    assert_eq!(p.stage, ParkedStage::DeliveryExhausted);
+    let last = p.evidence["last_error"].as_str().unwrap();
+    assert!(last.contains("output URL refused"), "{last}");
+    assert!(last.contains("169.254.169.254"), "{last}");
+}
+
+/// What we serve from storage is never a page of our origin.
+async fn outputs_and_uploads_cannot_run_on_our_origin(db: TestDb) {
+    let m = mock(true, true, 0, Some("0.100000")).await;
+    let db = db.with_config(&model("m", &m, "default = true")).await;
+    let u = person(&db).await;
+    let id = edit(&db, &u, "served").await;
+    assert_eq!(
+        run_until_settled(&db, id).await.status,
+        JobStatus::Succeeded
+    );
+    let (_, token) = db.tollgate.create_api_token(&u, "t").await.unwrap();
+    let base = db.serve_api().await;
+    let http = reqwest::Client::new();
+    let asset = db
+        .tollgate
+        .upload_asset(&u, Some("image/png"), photo().into())
+        .await
+        .unwrap();
+    for path in [
+        format!("/v1/jobs/{id}/output"),
+        format!("/v1/assets/{}/content", asset.id),
+    ] {
+        let r = http
+            .get(format!("{base}{path}"))
+            .bearer_auth(&token)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{path}");
+        let h = r.headers();
+        assert_eq!(h["x-content-type-options"], "nosniff", "{path}");
+        assert!(
+            h["content-security-policy"]
+                .to_str()
+                .unwrap()
+                .starts_with("sandbox"),
+            "{path}"
+        );
+        let disposition = h["content-disposition"].to_str().unwrap();
+        assert!(
+            disposition.starts_with("inline; filename=\""),
+            "{disposition}"
+        );
+        assert!(disposition.ends_with(".png\""), "{disposition}");
+        assert_eq!(h["content-type"], "image/png");
+    }
+}
 
 async fn a_cancel_mid_poll_stops_the_run_and_books_the_estimate(db: TestDb) {
     let base = mock(true, true, 5000, Some("0.100000")).await;
@@ -223,7 +324,7 @@ async fn an_http_edit_is_paid_once_with_a_quoted_cost(db: TestDb) {
     // The day's spend is the quoted cost, not the estimate.
     assert_eq!(held(&db).await, (usd("0.12"), Usd::ZERO));
     // /metrics reports that spend exactly, in millionths of a dollar.
-    let api = db.serve_api().await;
+    let api = db.serve_ops().await;
     let text = reqwest::get(format!("{api}/metrics"))
         .await
         .unwrap()
@@ -516,7 +617,7 @@ async fn a_dropped_answer_without_either_parks_and_keeps_the_hold(db: TestDb) {
     assert_eq!(db.store().settle_left_holds().await.unwrap(), 0);
     assert_eq!(held(&db).await, (Usd::ZERO, job.estimated_usd));
     // /metrics shows it by stage, with its age.
-    let api = db.serve_api().await;
+    let api = db.serve_ops().await;
     let text = reqwest::get(format!("{api}/metrics"))
         .await
         .unwrap()

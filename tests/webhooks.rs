@@ -308,7 +308,7 @@ async fn dead_after_the_last_try_and_a_replay_is_the_same_envelope(db: TestDb) {
     assert!(verifies(&made.secret, replayed));
     assert_eq!(deliveries(&db).await[0].replays, 1);
     // /metrics shows the backlog by state.
-    let base = db.serve_api().await;
+    let base = db.serve_ops().await;
     let text = reqwest::get(format!("{base}/metrics"))
         .await
         .unwrap()

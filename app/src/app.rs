@@ -9,6 +9,8 @@ use leptos_router::{path, SsrMode};
 use tollgate::model::Role;
 
 pub fn shell(options: LeptosOptions) -> impl IntoView {
+    #[cfg(feature = "ssr")]
+    page_security_policy();
     view! {
         <!DOCTYPE html>
         <html lang="en">
@@ -24,6 +26,30 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
                 <App />
             </body>
         </html>
+    }
+}
+
+/// The page's Content-Security-Policy: only our own scripts (the hydration
+/// scripts carry this response's nonce), styles and wasm; inline style
+/// attributes only (the meters and chart bars), no other origin, never
+/// framed. Set as a header, on the response being rendered.
+#[cfg(feature = "ssr")]
+fn page_security_policy() {
+    use axum::http::{header, HeaderValue};
+    let (Some(nonce), Some(response)) = (
+        leptos::nonce::use_nonce(),
+        use_context::<leptos_axum::ResponseOptions>(),
+    ) else {
+        return;
+    };
+    let policy = format!(
+        "default-src 'self'; script-src 'self' 'nonce-{nonce}' 'wasm-unsafe-eval'; \
+         style-src 'self'; style-src-attr 'unsafe-inline'; img-src 'self' data: blob:; \
+         connect-src 'self' data:; font-src 'self'; object-src 'none'; base-uri 'none'; \
+         form-action 'self'; frame-ancestors 'none'"
+    );
+    if let Ok(v) = HeaderValue::from_str(&policy) {
+        response.insert_header(header::CONTENT_SECURITY_POLICY, v);
     }
 }
 

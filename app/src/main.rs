@@ -265,6 +265,19 @@ async fn serve(config: Config, role: NodeRole) -> Result<(), Fatal> {
         NodeRole::Web => None,
     };
 
+    if let Some(ops) = tollgate.config().ops_listen {
+        let listener = tokio::net::TcpListener::bind(ops)
+            .await
+            .map_err(|e| Fatal(format!("TOLLGATE_OPS_LISTEN: cannot listen on {ops}: {e}")))?;
+        let internal = tollgate::api::internal_router(tollgate.clone());
+        tracing::info!(%ops, "operations (health, metrics) on http://{ops}");
+        tokio::spawn(async move {
+            if let Err(e) = axum::serve(listener, internal).await {
+                tracing::warn!(error = %e, "the operations listener stopped");
+            }
+        });
+    }
+
     let app = match role {
         NodeRole::All | NodeRole::Web => tollgate_app::server::router(tollgate.clone()),
         // A worker node runs jobs and answers health checks.

@@ -262,4 +262,47 @@ test.describe.serial('foundation', () => {
     await shot(page, '09-dark-account');
     await context.close();
   });
+
+  test('pages send security headers, and the islands hydrate under the policy', async ({ page, baseURL }) => {
+    const problems = [];
+    page.on('console', (m) => { if (m.type() === 'error') problems.push(m.text()); });
+    page.on('pageerror', (e) => problems.push(e.message));
+    await signIn(page, ADMIN);
+    const response = await page.goto('/edits/new');
+    const h = response.headers();
+    const csp = h['content-security-policy'];
+    expect(csp).toContain("frame-ancestors 'none'");
+    expect(csp).toMatch(/script-src 'self' 'nonce-[A-Za-z0-9+/=_-]+'/);
+    expect(csp).not.toContain("'unsafe-inline' 'unsafe-eval'");
+    expect(h['referrer-policy']).toBe('same-origin');
+    expect(h['x-content-type-options']).toBe('nosniff');
+    expect(h['x-frame-options']).toBe('DENY');
+    // The composer island wakes up under the policy: it takes a file.
+    const { makePng } = require('./png');
+    await expect(async () => {
+      await page.getByTestId('photo-input').setInputFiles({ name: 'p.png', mimeType: 'image/png', buffer: makePng(64, 48) });
+      await expect(page.getByAltText('Your photo')).toBeVisible({ timeout: 2000 });
+    }).toPass({ timeout: 20_000 });
+    expect(problems, problems.join('\n')).toEqual([]);
+    // A page cannot be framed, and an API answer is no page at all.
+    const api = await page.request.get('/v1/me');
+    expect(api.headers()['content-security-policy']).toBe("default-src 'none'; frame-ancestors 'none'");
+    // A form post from another site is refused, and so is a token on a form route.
+    const forged = await page.request.post('/account/tokens', {
+      headers: { Origin: 'https://evil.example' }, form: { name: 'x' }, maxRedirects: 0,
+    });
+    expect(forged.status()).toBe(403);
+    // After sign-in, only a path of ours: a tab before a host is not one.
+    const ctx = await page.context().browser().newContext();
+    const fresh = await ctx.newPage();
+    await fresh.goto('/login');
+    const login = await fresh.request.post('/login', {
+      headers: { Origin: baseURL },
+      form: { email: ADMIN.email, password: ADMIN.password, next: '/\t/evil.example' },
+      maxRedirects: 0,
+    });
+    expect(login.status()).toBe(303);
+    expect(login.headers()['location']).toBe('/edits');
+    await ctx.close();
+  });
 });

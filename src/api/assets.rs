@@ -110,5 +110,9 @@ async fn get_asset_content(
     Path(id): Path<String>,
 ) -> Result<Response> {
     let (asset, body) = t.asset_content(who.user(), asset_id(&id)?).await?;
-    Ok(super::private_object(&asset.content_type, body))
+    Ok(super::private_object(
+        &asset.content_type,
+        &format!("asset-{}", asset.id),
+        body,
+    ))
 }

@@ -258,8 +258,13 @@ async fn get_output(
     who: Authorized<AnyUser>,
     Path(id): Path<String>,
 ) -> Result<Response> {
-    let (content_type, body) = t.job_output_content(who.user(), job_id(&id)?).await?;
-    Ok(super::private_object(&content_type, body))
+    let id = job_id(&id)?;
+    let (content_type, body) = t.job_output_content(who.user(), id).await?;
+    Ok(super::private_object(
+        &content_type,
+        &format!("tollgate-{id}"),
+        body,
+    ))
 }
 
 /// The job's timeline, oldest first.

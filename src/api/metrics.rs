@@ -33,14 +33,34 @@ fn micros(usd: crate::model::Usd) -> i64 {
 /// Jobs, attempts and spend by model (unpriced counted apart), holds,
 /// parked work, claim conflicts and database commits, in the OpenMetrics
 /// text format.
+///
+/// Admins only here; `TOLLGATE_OPS_LISTEN` serves it (with `/healthz`,
+/// `/readyz` and the OpenAPI document) on an internal listener without a
+/// token, for a scraper.
 #[utoipa::path(
     get, path = "/metrics", tag = "operations", operation_id = "metrics",
     responses(
         (status = 200, description = "The metrics.", content_type = "application/openmetrics-text", body = String),
+        (status = 401, description = "No valid token or session.", body = crate::api::objects::ErrorBody),
+        (status = 403, description = "Not an admin.", body = crate::api::objects::ErrorBody),
         (status = 503, description = "The database does not answer.", content_type = "text/plain", body = String),
-    )
+    ),
+    security(("bearer_token" = []), ("session_cookie" = []))
 )]
-pub async fn metrics(State(t): State<Tollgate>) -> Response {
+pub async fn metrics(
+    State(t): State<Tollgate>,
+    _admin: crate::auth::Authorized<crate::auth::AdminOnly>,
+) -> Response {
+    render(&t).await
+}
+
+/// `/metrics` on the internal listener: no token (the listener is not
+/// reachable from outside).
+pub async fn metrics_internal(State(t): State<Tollgate>) -> Response {
+    render(&t).await
+}
+
+async fn render(t: &Tollgate) -> Response {
     let snapshot = match t.store().metrics_snapshot().await {
         Ok(s) => s,
         Err(e) => {

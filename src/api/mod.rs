@@ -30,9 +30,11 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 /// Streams a stored object to the one who may see it: never cached by
-/// anyone else, never sniffed into another type.
+/// anyone else, never sniffed into another type, never run as a page of
+/// our origin (a sandbox with nothing allowed), and saved under `name`.
 pub(crate) fn private_object(
     content_type: &str,
+    name: &str,
     body: crate::storage::ObjectBody,
 ) -> axum::response::Response {
     use axum::http::{header, HeaderValue};
@@ -40,9 +42,10 @@ pub(crate) fn private_object(
     let size = body.meta.size;
     let mut response = axum::body::Body::from_stream(body.stream).into_response();
     let h = response.headers_mut();
-    if let Ok(v) = HeaderValue::from_str(content_type) {
-        h.insert(header::CONTENT_TYPE, v);
-    }
+    // Only the types we store are ever named; anything else is bytes.
+    let served =
+        crate::model::served_content_type(content_type).unwrap_or("application/octet-stream");
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(served));
     h.insert(header::CONTENT_LENGTH, HeaderValue::from(size));
     h.insert(
         header::CACHE_CONTROL,
@@ -52,6 +55,20 @@ pub(crate) fn private_object(
         "x-content-type-options",
         HeaderValue::from_static("nosniff"),
     );
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static("sandbox; default-src 'none'"),
+    );
+    let ext = served.rsplit('/').next().unwrap_or("bin");
+    let ext = if ext == "octet-stream" { "bin" } else { ext };
+    let safe: String = name
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || *c == '-')
+        .take(80)
+        .collect();
+    if let Ok(v) = HeaderValue::from_str(&format!("inline; filename=\"{safe}.{ext}\"")) {
+        h.insert(header::CONTENT_DISPOSITION, v);
+    }
     response
 }
 
@@ -163,6 +180,18 @@ pub fn document() -> &'static Document {
 fn document_json() -> &'static serde_json::Value {
     static JSON: OnceLock<serde_json::Value> = OnceLock::new();
     JSON.get_or_init(|| serde_json::to_value(document()).unwrap_or_default())
+}
+
+/// The internal listener (`TOLLGATE_OPS_LISTEN`): `/healthz`, `/readyz`,
+/// `/metrics` without a token, and the OpenAPI document.
+pub fn internal_router(state: Tollgate) -> Router {
+    use axum::routing::get;
+    Router::new()
+        .route("/healthz", get(ops::healthz))
+        .route("/readyz", get(ops::readyz))
+        .route("/metrics", get(metrics::metrics_internal))
+        .route("/v1/openapi.json", get(openapi_json))
+        .with_state(state)
 }
 
 /// Only `/healthz`, `/readyz` and `/metrics`: what a node without pages serves.

@@ -21,7 +21,7 @@ pub fn router() -> OpenApiRouter<Tollgate> {
     get, path = "/healthz", tag = "operations", operation_id = "healthz",
     responses((status = 200, description = "Up.", body = HealthObject))
 )]
-async fn healthz() -> Json<HealthObject> {
+pub(super) async fn healthz() -> Json<HealthObject> {
     Json(HealthObject {
         status: "ok".into(),
         database: None,
@@ -36,7 +36,7 @@ async fn healthz() -> Json<HealthObject> {
         (status = 503, description = "A dependency does not answer.", body = HealthObject),
     )
 )]
-async fn readyz(State(t): State<Tollgate>) -> (StatusCode, Json<HealthObject>) {
+pub(super) async fn readyz(State(t): State<Tollgate>) -> (StatusCode, Json<HealthObject>) {
     match t.ready().await {
         Ok(()) => (
             StatusCode::OK,

@@ -9,6 +9,7 @@ mod email;
 mod ids;
 mod job;
 mod ledger;
+mod media;
 mod money;
 mod parked;
 mod password;
@@ -34,6 +35,7 @@ pub use job::{
     RawImageEdit, RawTarget, RawVideo, Target, Video,
 };
 pub use ledger::{LedgerKind, UnknownLedgerKind};
+pub use media::{served_content_type, sniff_output};
 pub use money::{Usd, UsdError, USD_SCALE};
 pub use parked::{ParkedStage, ParkedState, RecoveryState, ReviewAction};
 pub use password::{Password, PasswordError, PASSWORD_LEN_MAX, PASSWORD_LEN_MIN};

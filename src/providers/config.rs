@@ -66,6 +66,9 @@ pub struct ModelSpec {
     pub remote_model: String,
     /// Sent as a bearer token when set (read from this environment variable).
     pub api_key: Option<String>,
+    /// Hosts other than the endpoint's that its output URLs may name (a
+    /// CDN); our API key is never sent to them.
+    pub output_hosts: Vec<String>,
     pub price: Price,
     /// Video durations the model accepts.
     pub durations_s: Vec<u32>,
@@ -295,6 +298,7 @@ fn local_spec(
         endpoint: None,
         remote_model: id.into(),
         api_key: None,
+        output_hosts: Vec::new(),
         price,
         durations_s,
         attempts: 3,
@@ -331,6 +335,8 @@ struct RawModel {
     endpoint: Option<String>,
     remote_model: Option<String>,
     api_key_env: Option<String>,
+    #[serde(default)]
+    output_hosts: Vec<String>,
     price: Option<toml::Table>,
     durations_s: Option<Vec<u32>>,
     attempts: Option<u32>,
@@ -615,6 +621,12 @@ pub fn parse(
             provider: raw.provider,
             endpoint,
             api_key,
+            output_hosts: raw
+                .output_hosts
+                .iter()
+                .map(|h| h.trim().to_ascii_lowercase())
+                .filter(|h| !h.is_empty())
+                .collect(),
             price,
             durations_s: raw.durations_s.unwrap_or_else(|| vec![2, 3, 5]),
             attempts,

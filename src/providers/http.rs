@@ -19,6 +19,8 @@ const OUTPUT_BYTES_MAX: usize = 256 * 1024 * 1024;
 #[derive(Clone)]
 pub struct HttpProvider {
     client: reqwest::Client,
+    /// Checks output hosts other than the model's endpoint.
+    guard: crate::webhooks::guard::Guard,
 }
 
 impl Default for HttpProvider {
@@ -27,16 +29,42 @@ impl Default for HttpProvider {
     }
 }
 
+/// Redirects are followed only within the host first asked (at most five):
+/// a provider cannot send us, or our key, anywhere else.
+fn same_host_redirects() -> reqwest::redirect::Policy {
+    reqwest::redirect::Policy::custom(|attempt| {
+        let first = attempt
+            .previous()
+            .first()
+            .map(|u| (u.host_str().map(str::to_string), u.port_or_known_default()));
+        let next = (
+            attempt.url().host_str().map(str::to_string),
+            attempt.url().port_or_known_default(),
+        );
+        if attempt.previous().len() > 5 || first != Some(next) {
+            attempt.stop()
+        } else {
+            attempt.follow()
+        }
+    })
+}
+
 impl HttpProvider {
     pub fn new() -> HttpProvider {
+        HttpProvider::with_guard(crate::webhooks::guard::Guard::default())
+    }
+
+    pub fn with_guard(guard: crate::webhooks::guard::Guard) -> HttpProvider {
         HttpProvider {
             client: reqwest::Client::builder()
                 .pool_idle_timeout(Duration::from_secs(30))
                 // Thousands of runs wait on predictions at once; a bounded
                 // pool keeps memory flat instead of a socket per run.
                 .pool_max_idle_per_host(64)
+                .redirect(same_host_redirects())
                 .build()
                 .unwrap_or_default(),
+            guard,
         }
     }
 
@@ -327,10 +355,44 @@ impl Provider for HttpProvider {
         let timeout = |e: reqwest::Error| {
             ProviderError::new(ErrorClass::Timeout, format!("output: {e}"), Cost::Unknown)
         };
-        let request = if url.starts_with("http://") || url.starts_with("https://") {
-            self.client.get(url).timeout(model.request_timeout)
+        let refused = |why: String| {
+            ProviderError::new(
+                ErrorClass::Failed,
+                format!("output URL refused: {why}"),
+                Cost::Unknown,
+            )
+        };
+        // Joined to the endpoint with a URL parser (a relative path stays on
+        // the endpoint's host); another host only where the model lists it,
+        // through the address guard, and never with our key.
+        let base = reqwest::Url::parse(model.endpoint.as_deref().unwrap_or_default())
+            .map_err(|e| refused(format!("the endpoint is not a URL ({e})")))?;
+        let target = base
+            .join(url)
+            .map_err(|e| refused(format!("{url:?} is not a URL ({e})")))?;
+        if !matches!(target.scheme(), "http" | "https") {
+            return Err(refused(format!("{} is not http(s)", target.scheme())));
+        }
+        let same_host = target.host_str() == base.host_str()
+            && target.port_or_known_default() == base.port_or_known_default();
+        let request = if same_host {
+            let mut r = self.client.get(target).timeout(model.request_timeout);
+            if let Some(key) = &model.api_key {
+                r = r.bearer_auth(key);
+            }
+            r
         } else {
-            self.request(model, reqwest::Method::GET, url)
+            let host = target.host_str().unwrap_or_default().to_ascii_lowercase();
+            if !model.output_hosts.contains(&host) {
+                return Err(refused(format!(
+                    "{host} is neither the endpoint's host nor in the model's output_hosts"
+                )));
+            }
+            self.guard
+                .check_url(target.as_str())
+                .await
+                .map_err(|e| refused(e.to_string()))?;
+            self.client.get(target).timeout(model.request_timeout)
         };
         let mut r = request.send().await.map_err(timeout)?;
         if !r.status().is_success() {

@@ -42,6 +42,10 @@ pub enum Behaviour {
     AcceptThenDrop,
     /// Succeeds with `cost_usd: null`.
     OmitCost,
+    /// Succeeds, but its output is an HTML page (a hostile provider).
+    HtmlOutput,
+    /// Succeeds, but its output URL names another host (169.254.169.254).
+    ForeignOutput,
 }
 
 /// What the next `GET /v1/predictions/{id}` answers.
@@ -173,7 +177,12 @@ impl MockProvider {
             "id": p.id,
             "model": p.model,
             "status": status,
-            "output": if done { json!(format!("{}/outputs/{}.png", self.config.public_base, p.id)) } else { Value::Null },
+            "output": match (done, p.behaviour) {
+                (false, _) => Value::Null,
+                (true, Behaviour::HtmlOutput) => json!(format!("{}/outputs/{}.html", self.config.public_base, p.id)),
+                (true, Behaviour::ForeignOutput) => json!("http://169.254.169.254/latest/meta-data/iam"),
+                (true, _) => json!(format!("{}/outputs/{}.png", self.config.public_base, p.id)),
+            },
             "error": error,
             "metrics": { "predict_time": if done { json!(self.config.latency.as_secs_f64()) } else { Value::Null } },
             "cost_usd": cost,
@@ -389,6 +398,15 @@ async fn lookup(State(m): State<MockProvider>, Query(q): Query<LookupQuery>) -> 
 
 /// A small PNG standing in for a generated image.
 async fn output(State(m): State<MockProvider>, Path(file): Path<String>) -> Response {
+    if file.ends_with(".html") {
+        // What a hostile provider might answer: a page that would run on
+        // whatever origin served it.
+        return (
+            [(header::CONTENT_TYPE, "image/png")],
+            "<html><body><script>fetch('/v1/me')</script></body></html>",
+        )
+            .into_response();
+    }
     let id = file.strip_suffix(".png").unwrap_or(&file).to_string();
     let known = {
         let book = m.book();

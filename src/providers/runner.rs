@@ -404,14 +404,43 @@ impl Runner<'_, '_> {
     ) -> StoreResult<Generated> {
         let mut last = String::new();
         let mut delays = backoff(spec);
-        if record {
+        // The attempt's success is recorded unless its output turns out to
+        // be something we do not serve (then it failed, at what it cost).
+        let mut succeeded = record.then(|| {
             let mut outcome = ended(AttemptEnd::Succeeded, None, "", f.cost, duration_ms(a));
             outcome.usage = Some(f.usage.clone());
-            self.run.defer(end(a.id, outcome));
-        }
+            end(a.id, outcome)
+        });
         for n in 0..DELIVERY_TRIES {
             match self.provider(spec).fetch(spec, &f.output).await {
-                Ok((bytes, content_type)) => {
+                Ok((bytes, claimed)) => {
+                    // Untrusted bytes: stored only as what they really are,
+                    // and only if that is an image or clip we serve.
+                    let Some(content_type) = crate::model::sniff_output(&bytes) else {
+                        let claimed: String = claimed.chars().take(100).collect();
+                        let message = format!(
+                            "the output is not an image or clip we serve (it said {claimed:?})"
+                        );
+                        if record {
+                            let mut outcome = ended(
+                                AttemptEnd::Failed,
+                                Some("invalid_output"),
+                                &message,
+                                f.cost,
+                                duration_ms(a),
+                            );
+                            outcome.usage = Some(f.usage.clone());
+                            self.run.defer(end(a.id, outcome));
+                        }
+                        return Ok(failure(
+                            "INVALID_OUTPUT",
+                            format!("The provider returned something that is not an image or clip ({claimed:?}); it was not stored. Your credits were refunded."),
+                        ));
+                    };
+                    if let Some(op) = succeeded.take() {
+                        self.run.defer(op);
+                    }
+                    let content_type = content_type.to_string();
                     let meta = NewObjectMeta {
                         written_by: self.written_by(),
                         provider: Some(spec.provider_name().into()),
@@ -446,9 +475,16 @@ impl Runner<'_, '_> {
             if n + 1 < DELIVERY_TRIES {
                 let d = delays.next().unwrap_or(spec.backoff_max);
                 if self.run.pause(d).await {
+                    if let Some(op) = succeeded.take() {
+                        self.run.defer(op);
+                    }
                     return Ok(Generated::Released);
                 }
             }
+        }
+        // It succeeded at the provider; only storing it failed.
+        if let Some(op) = succeeded.take() {
+            self.run.defer(op);
         }
         Ok(Generated::Parked(NewParked {
             deliveries: DELIVERY_TRIES as i32,

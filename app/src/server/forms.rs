@@ -58,13 +58,10 @@ fn sentence(s: &str) -> String {
     }
 }
 
-/// Only a local path may be a post-login destination (no open redirect).
+/// Only a path of this app may be a post-login destination (no open
+/// redirect); the engine decides.
 fn safe_next(next: &str) -> &str {
-    if next.starts_with('/') && !next.starts_with("//") && !next.starts_with("/\\") {
-        next
-    } else {
-        "/edits"
-    }
+    tollgate::auth::safe_redirect(next)
 }
 
 #[derive(Deserialize)]
@@ -76,9 +73,20 @@ pub struct SetupForm {
 
 async fn setup(
     State(t): State<Tollgate>,
+    ConnectInfo(addr): ConnectInfo<SocketAddr>,
     session: Session,
     form: Result<Form<SetupForm>, FormRejection>,
 ) -> Redirect {
+    // A fresh instance without a public URL is set up from this machine
+    // only: whoever reaches it first over the network must not become admin.
+    if t.config().public_origin.is_none() && !addr.ip().is_loopback() {
+        let refused = Error::BadRequest {
+            status: 403,
+            code: "SETUP_FROM_LOOPBACK",
+            message: "Set up the first admin from this machine (http://127.0.0.1:…), or set TOLLGATE_PUBLIC_URL to where people reach Tollgate.".into(),
+        };
+        return report(&session, refused, "/setup").await;
+    }
     let Form(f) = match form {
         Ok(f) => f,
         Err(e) => return report(&session, unreadable(e), "/setup").await,

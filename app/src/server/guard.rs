@@ -46,6 +46,12 @@ pub async fn role_guard(State(t): State<Tollgate>, req: Request, next: Next) -> 
     }
     let (mut parts, body) = req.into_parts();
     let path = parts.uri.path().to_string();
+    // Pages, form routes and server functions are cookie-only: an API token
+    // drives `/v1` (and reads `/metrics`) and nothing else (it cannot sign a form post, and it is
+    // never mistaken for the person's session).
+    if !(path == "/v1" || path.starts_with("/v1/") || path == "/metrics") {
+        parts.headers.remove(header::AUTHORIZATION);
+    }
     let principal = match t.resolve_principal(&mut parts).await {
         Ok(p) => {
             parts.extensions.insert(ResolvedPrincipal(p.clone()));
@@ -120,12 +126,28 @@ fn url_escape(s: &str) -> String {
         .collect()
 }
 
-/// A state-changing request carried by the session cookie must come from a
-/// page of ours: its `Origin` (or, failing that, `Referer`) names our host.
-/// Requests with a Bearer token carry no ambient authority and pass.
-pub async fn cross_site_check(req: Request, next: Next) -> Response {
-    let safe = matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
-    if safe || req.headers().contains_key(header::AUTHORIZATION) || same_origin(req.headers()) {
+/// A state-changing request must come from a page of ours: its `Origin`
+/// (or, failing that, `Referer`) names our public origin when one is set,
+/// else the Host it was sent to. Only `/v1` may be driven by an API token
+/// instead (a token carries no ambient authority); form routes and server
+/// functions are cookie-only, so a token header never skips the check.
+pub async fn cross_site_check(State(t): State<Tollgate>, req: Request, next: Next) -> Response {
+    // Only what can change state is checked; any other method goes on to
+    // the router (which answers 405 where it has no such route).
+    let safe = !matches!(
+        *req.method(),
+        Method::POST | Method::PUT | Method::PATCH | Method::DELETE
+    );
+    let path = req.uri().path();
+    let api_token = (path == "/v1" || path.starts_with("/v1/"))
+        && req.headers().contains_key(header::AUTHORIZATION);
+    // Read-only routes with no state-changing method: the router answers 405.
+    let read_only = matches!(path, "/healthz" | "/readyz" | "/metrics");
+    if safe
+        || api_token
+        || read_only
+        || same_origin(req.headers(), t.config().public_origin.as_deref())
+    {
         return next.run(req).await;
     }
     tollgate::Error::BadRequest {
@@ -136,22 +158,27 @@ pub async fn cross_site_check(req: Request, next: Next) -> Response {
     .into_response()
 }
 
-fn host_of(url: &str) -> Option<&str> {
-    let rest = url
-        .strip_prefix("https://")
-        .or_else(|| url.strip_prefix("http://"))?;
-    Some(rest.split('/').next().unwrap_or(rest))
-}
-
-pub fn same_origin(headers: &HeaderMap) -> bool {
-    let Some(host) = headers.get(header::HOST).and_then(|h| h.to_str().ok()) else {
-        return false;
-    };
+pub fn same_origin(headers: &HeaderMap, public_origin: Option<&str>) -> bool {
     let source = headers
         .get(header::ORIGIN)
         .or_else(|| headers.get(header::REFERER))
-        .and_then(|v| v.to_str().ok());
-    matches!(source.and_then(host_of), Some(h) if h.eq_ignore_ascii_case(host))
+        .and_then(|v| v.to_str().ok())
+        .and_then(tollgate::auth::origin_of);
+    let Some(source) = source else {
+        return false;
+    };
+    match public_origin {
+        Some(public) => source == public.to_ascii_lowercase(),
+        None => {
+            let Some(host) = headers.get(header::HOST).and_then(|h| h.to_str().ok()) else {
+                return false;
+            };
+            // Without a public URL we only know the host asked for.
+            source
+                .split_once("://")
+                .is_some_and(|(_, h)| h.eq_ignore_ascii_case(host))
+        }
+    }
 }
 
 #[cfg(test)]
@@ -173,12 +200,24 @@ mod tests {
     fn cross_site_posts_are_recognised() {
         let mut h = HeaderMap::new();
         h.insert(header::HOST, "127.0.0.1:3000".parse().unwrap());
-        assert!(!same_origin(&h));
+        assert!(!same_origin(&h, None));
         h.insert(header::ORIGIN, "http://127.0.0.1:3000".parse().unwrap());
-        assert!(same_origin(&h));
+        assert!(same_origin(&h, None));
         h.insert(header::ORIGIN, "http://evil.example".parse().unwrap());
-        assert!(!same_origin(&h));
+        assert!(!same_origin(&h, None));
         h.insert(header::ORIGIN, "null".parse().unwrap());
-        assert!(!same_origin(&h));
+        assert!(!same_origin(&h, None));
+        // With a public URL, its scheme and host are the one origin.
+        let public = Some("https://tollgate.example");
+        h.insert(header::HOST, "tollgate.example".parse().unwrap());
+        h.insert(header::ORIGIN, "https://tollgate.example".parse().unwrap());
+        assert!(same_origin(&h, public));
+        h.insert(header::ORIGIN, "http://tollgate.example".parse().unwrap());
+        assert!(!same_origin(&h, public), "another scheme");
+        h.insert(
+            header::ORIGIN,
+            "https://tollgate.example.evil".parse().unwrap(),
+        );
+        assert!(!same_origin(&h, public));
     }
 }

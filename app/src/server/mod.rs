@@ -10,12 +10,14 @@ pub mod webhooks;
 
 use crate::app::{shell, App};
 use axum::extract::FromRef;
+use axum::http::HeaderValue;
 use axum::response::Redirect;
 use axum::routing::get;
 use axum::Router;
 use leptos::prelude::*;
 use leptos_axum::{generate_route_list, LeptosRoutes};
 use tollgate::Tollgate;
+use tower_http::set_header::SetResponseHeaderLayer;
 use tower_http::trace::TraceLayer;
 
 #[derive(Clone, FromRef)]
@@ -58,16 +60,51 @@ pub fn router(tollgate: Tollgate) -> Router {
             _,
         >(context, shell))
         .with_state(state);
-    pages
+    let app = pages
         .merge(forms::router(tollgate.clone()))
         .merge(review::router(tollgate.clone()))
         .merge(webhooks::router(tollgate.clone()))
         .merge(tollgate::api::router(tollgate.clone()))
-        .layer(axum::middleware::from_fn(guard::cross_site_check))
+        .layer(axum::middleware::from_fn_with_state(
+            tollgate.clone(),
+            guard::cross_site_check,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             tollgate.clone(),
             guard::role_guard,
         ))
-        .layer(tollgate::auth::session_layer(&tollgate))
-        .layer(TraceLayer::new_for_http())
+        .layer(tollgate::auth::session_layer(&tollgate));
+    with_security_headers(app, &tollgate).layer(TraceLayer::new_for_http())
+}
+
+/// Headers every answer carries unless it set its own: no framing, no
+/// referrer beyond our origin, no sniffing, a deny-all policy for what is
+/// not a page (pages set theirs, with a nonce), and HSTS over https.
+fn with_security_headers(router: Router, tollgate: &Tollgate) -> Router {
+    use axum::http::header;
+    let hsts = tollgate
+        .config()
+        .secure_cookies
+        .then(|| HeaderValue::from_static("max-age=31536000; includeSubDomains"));
+    router
+        .layer(SetResponseHeaderLayer::if_not_present(
+            header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static("default-src 'none'; frame-ancestors 'none'"),
+        ))
+        .layer(SetResponseHeaderLayer::if_not_present(
+            header::REFERRER_POLICY,
+            HeaderValue::from_static("same-origin"),
+        ))
+        .layer(SetResponseHeaderLayer::if_not_present(
+            header::X_CONTENT_TYPE_OPTIONS,
+            HeaderValue::from_static("nosniff"),
+        ))
+        .layer(SetResponseHeaderLayer::if_not_present(
+            header::X_FRAME_OPTIONS,
+            HeaderValue::from_static("DENY"),
+        ))
+        .layer(SetResponseHeaderLayer::if_not_present(
+            header::STRICT_TRANSPORT_SECURITY,
+            hsts,
+        ))
 }
