@@ -24,8 +24,10 @@ impl Tollgate {
     /// Creates the first admin. Once one exists, this is `SETUP_COMPLETE`.
     pub async fn complete_setup(&self, email: &str, password: &str, confirm: &str) -> Result<User> {
         let email = parse_email(email)?;
-        let password = Password::confirmed(password, confirm)
-            .map_err(|e| Error::invalid("password", e.to_string()))?;
+        let password = Password::confirmed(password, confirm).map_err(|e| match e {
+            crate::model::PasswordError::Mismatch => Error::invalid("confirm", e.to_string()),
+            other => Error::invalid("password", other.to_string()),
+        })?;
         if !self.setup_needed().await? {
             return Err(setup_complete());
         }
@@ -108,13 +110,20 @@ impl Tollgate {
         self.user(target).await
     }
 
+    /// Changes a password, limited like sign-in attempts. Every session of
+    /// the user started before now ends (the caller stamps its own again);
+    /// with `revoke_tokens`, so does every API token. Returns the moment
+    /// from which sessions are honoured.
     pub async fn change_password(
         &self,
         user: &User,
         current: &str,
         new: &str,
         confirm: &str,
-    ) -> Result<()> {
+        revoke_tokens: bool,
+    ) -> Result<chrono::DateTime<chrono::Utc>> {
+        self.login_limits()
+            .check(&format!("password:{}", user.id), None)?;
         let hash = self
             .store()
             .password_hash(user.id)
@@ -129,7 +138,12 @@ impl Tollgate {
         let new = Password::confirmed(new, confirm)
             .map_err(|e| Error::invalid("new_password", e.to_string()))?;
         let hash = hash_password(new.expose()).await?;
-        Ok(self.store().set_password_hash(user.id, &hash).await?)
+        let now = chrono::Utc::now();
+        self.store().set_password_hash(user.id, &hash, now).await?;
+        if revoke_tokens {
+            self.store().revoke_all_tokens(user.id, now).await?;
+        }
+        Ok(now)
     }
 
     /// Creates an API token; the secret is returned here and never again.

@@ -126,12 +126,30 @@ impl Tollgate {
                 message: format!("uploads are at most {ASSET_BYTES_MAX} bytes"),
             });
         }
+        // A person's uploads are bounded as a whole, too.
+        let quota = self.config().storage_quota_bytes;
+        let used = self.store().asset_bytes_of(user.id).await?;
+        if used.saturating_add(bytes.len() as u64) > quota {
+            return Err(Error::BadRequest {
+                status: 413,
+                code: "STORAGE_QUOTA_EXCEEDED",
+                message: format!(
+                    "your uploads already use {} MB of your {} MB; this one does not fit",
+                    used / 1_000_000,
+                    quota / 1_000_000
+                ),
+            });
+        }
         let declared = declared.map(str::to_string);
         let checked = bytes.clone();
-        let (content_type, width, height) =
-            tokio::task::spawn_blocking(move || inspect(&checked, declared.as_deref()))
-                .await
-                .map_err(|e| Error::Internal(format!("inspecting an upload: {e}")))??;
+        let slot = self.decode_slot().await;
+        let (content_type, width, height) = tokio::task::spawn_blocking(move || {
+            let inspected = inspect(&checked, declared.as_deref());
+            drop(slot);
+            inspected
+        })
+        .await
+        .map_err(|e| Error::Internal(format!("inspecting an upload: {e}")))??;
         let sha256 = hex::encode(Sha256::digest(&bytes));
         let key = ObjectKey::parse(&format!("assets/{sha256}"))
             .map_err(|e| Error::Internal(e.to_string()))?;

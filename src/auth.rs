@@ -24,6 +24,11 @@ use tower_sessions::Session;
 
 /// Where the signed-in user's id lives in a session.
 pub const SESSION_USER_KEY: &str = "tollgate.user_id";
+/// When the session was signed in (unix milliseconds): its absolute age,
+/// and whether it predates the user's `sessions_valid_after`.
+pub const SESSION_STARTED_KEY: &str = "tollgate.started_ms";
+/// A session is honoured at most this long after sign-in, however active.
+pub const SESSION_LIFETIME_DAYS: i64 = 30;
 /// The visible start of every API token, so a leaked one is recognisable.
 pub const TOKEN_PREFIX: &str = "tg_";
 /// Random bytes in a token (before encoding).
@@ -121,18 +126,40 @@ impl LoginLimits {
         }
     }
 
-    fn check(&self, account: &str, address: Option<IpAddr>) -> Result<()> {
+    /// `account` is normalised (trimmed, lower-case, bounded) so one
+    /// account is one key however it is typed.
+    pub(crate) fn check(&self, account: &str, address: Option<IpAddr>) -> Result<()> {
         let limited = Error::RateLimited { retry_after_s: 60 };
         if let Some(ip) = address {
             self.per_address.check_key(&ip).map_err(|_| limited)?;
         }
+        let key: String = account.trim().to_lowercase().chars().take(320).collect();
         self.per_account
-            .check_key(&account.to_string())
+            .check_key(&key)
             .map_err(|_| Error::RateLimited { retry_after_s: 60 })
+    }
+
+    /// Forgets keys whose limits have fully recovered, so the limiters'
+    /// memory stays bounded by the last minute's attempts.
+    pub fn forget_idle(&self) {
+        self.per_account.retain_recent();
+        self.per_account.shrink_to_fit();
+        self.per_address.retain_recent();
+        self.per_address.shrink_to_fit();
+    }
+
+    /// Keys the limiters hold now.
+    pub fn keys(&self) -> (usize, usize) {
+        (self.per_account.len(), self.per_address.len())
     }
 }
 
 impl Tollgate {
+    /// Forgets idle sign-in limiter keys (run every minute by `serve`).
+    pub fn forget_idle_login_limits(&self) {
+        self.login_limits().forget_idle();
+    }
+
     /// Checks an email and password. A wrong password and an unknown email
     /// cost one argon2 verification each and return the same error.
     pub async fn login(
@@ -195,11 +222,30 @@ impl Tollgate {
             .await
             .map_err(|e| Error::Internal(format!("reading the session: {e}")))?;
         let Some(id) = id else { return Ok(None) };
+        let started: Option<i64> = session
+            .get(SESSION_STARTED_KEY)
+            .await
+            .map_err(|e| Error::Internal(format!("reading the session: {e}")))?;
+        let Some(started) = started.and_then(chrono::DateTime::from_timestamp_millis) else {
+            // A session from before sign-in times were kept: sign in again.
+            return Ok(None);
+        };
+        if chrono::Utc::now() - started > chrono::Duration::days(SESSION_LIFETIME_DAYS) {
+            return Ok(None);
+        }
         match self.store().user_by_id(id).await? {
-            Some(user) if !user.disabled => Ok(Some(Principal {
-                user,
-                via: AuthVia::Session,
-            })),
+            Some(user)
+                if !user.disabled
+                    && user.sessions_valid_after.is_none_or(|after| {
+                        // Sessions are stamped to the millisecond.
+                        started.timestamp_millis() >= after.timestamp_millis()
+                    }) =>
+            {
+                Ok(Some(Principal {
+                    user,
+                    via: AuthVia::Session,
+                }))
+            }
             _ => Ok(None),
         }
     }
@@ -214,6 +260,16 @@ pub async fn begin_session(session: &Session, user: UserId) -> Result<()> {
         .map_err(|e| Error::Internal(format!("rotating the session: {e}")))?;
     session
         .insert(SESSION_USER_KEY, user)
+        .await
+        .map_err(|e| Error::Internal(format!("writing the session: {e}")))?;
+    stamp_session(session, chrono::Utc::now()).await
+}
+
+/// Records when the session was signed in (or, after a password change,
+/// re-confirmed): it is honoured from then on.
+pub async fn stamp_session(session: &Session, at: chrono::DateTime<chrono::Utc>) -> Result<()> {
+    session
+        .insert(SESSION_STARTED_KEY, at.timestamp_millis())
         .await
         .map_err(|e| Error::Internal(format!("writing the session: {e}")))
 }

@@ -26,6 +26,25 @@ impl ConfigError {
     }
 }
 
+/// A URL as it may be printed: a password in it becomes `***`.
+pub fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let (authority, tail) = match rest.find('/') {
+        Some(i) => rest.split_at(i),
+        None => (rest, ""),
+    };
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => {
+            let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
+            let hidden = if userinfo.contains(':') { ":***" } else { "" };
+            format!("{scheme}://{user}{hidden}@{host}{tail}")
+        }
+        None => url.to_string(),
+    }
+}
+
 /// Delays between a webhook delivery's tries (API.md).
 pub const DEFAULT_WEBHOOK_RETRY_SCHEDULE: &str = "5s,5m,30m,2h,5h,10h,10h";
 
@@ -77,6 +96,8 @@ pub struct Config {
     pub webhook_allow_networks: Vec<ipnet::IpNet>,
     /// Delays between a delivery's tries; after the last, it is dead.
     pub webhook_retry_schedule: Vec<std::time::Duration>,
+    /// What one person's uploads may take in all (bytes).
+    pub storage_quota_bytes: u64,
     /// Whether webhooks may reach public addresses at all (false: only the
     /// allowed networks; tests and closed networks).
     pub webhook_allow_public: bool,
@@ -100,7 +121,10 @@ impl Config {
         if !scheme_ok {
             return Err(ConfigError::new(
                 "TOLLGATE_DATABASE_URL",
-                format!("unsupported scheme in {database_url:?}; use sqlite://PATH or postgres://USER@HOST/DB"),
+                format!(
+                    "unsupported scheme in {:?}; use sqlite://PATH or postgres://USER@HOST/DB",
+                    redact_url(&database_url)
+                ),
             ));
         }
 
@@ -160,11 +184,12 @@ impl Config {
                     | "spend_warning_percent"
                     | "webhook_allow_networks"
                     | "webhook_retry_schedule"
+                    | "storage_quota_mb"
             )
         }) {
             return Err(ConfigError::new(
                 "TOLLGATE_CONFIG",
-                format!("unknown setting {k:?}; known: models, local, workers, lease_seconds, daily_cap_usd, spend_warning_percent, webhook_allow_networks, webhook_retry_schedule"),
+                format!("unknown setting {k:?}; known: models, local, workers, lease_seconds, daily_cap_usd, spend_warning_percent, webhook_allow_networks, webhook_retry_schedule, storage_quota_mb"),
             ));
         }
         let models = crate::providers::config::parse(&file, &get)?;
@@ -183,6 +208,7 @@ impl Config {
                 "TOLLGATE_SPEND_WARNING_PERCENT" => from_file("spend_warning_percent"),
                 "TOLLGATE_WEBHOOK_ALLOW_NETWORKS" => from_file("webhook_allow_networks"),
                 "TOLLGATE_WEBHOOK_RETRY_SCHEDULE" => from_file("webhook_retry_schedule"),
+                "TOLLGATE_STORAGE_QUOTA_MB" => from_file("storage_quota_mb"),
                 _ => None,
             })
         };
@@ -347,6 +373,21 @@ impl Config {
                     })
             })
             .collect::<Result<_, _>>()?;
+        let storage_quota_bytes = match non_empty("TOLLGATE_STORAGE_QUOTA_MB") {
+            None => 2_000 * 1_000_000,
+            Some(v) => v
+                .trim()
+                .parse::<u64>()
+                .ok()
+                .filter(|mb| (1..=10_000_000).contains(mb))
+                .map(|mb| mb * 1_000_000)
+                .ok_or_else(|| {
+                    ConfigError::new(
+                        "TOLLGATE_STORAGE_QUOTA_MB",
+                        format!("{v:?} is not a number of megabytes from 1 to 10,000,000"),
+                    )
+                })?,
+        };
         let webhook_allow_public = match non_empty("TOLLGATE_WEBHOOK_ALLOW_PUBLIC").as_deref() {
             None | Some("true" | "1") => true,
             Some("false" | "0") => false,
@@ -386,6 +427,7 @@ impl Config {
             webhook_allow_networks,
             webhook_retry_schedule,
             webhook_allow_public,
+            storage_quota_bytes,
         })
     }
 }
@@ -393,6 +435,18 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn passwords_are_never_printed() {
+        assert_eq!(
+            redact_url("postgres://tg:s3cret@db.internal:5432/tollgate"),
+            "postgres://tg:***@db.internal:5432/tollgate"
+        );
+        assert_eq!(redact_url("postgres://tg@db/t"), "postgres://tg@db/t");
+        assert_eq!(redact_url("sqlite://data/t.db"), "sqlite://data/t.db");
+        let e = from(&[("TOLLGATE_DATABASE_URL", "mysql://root:hunter2@db/x")]).unwrap_err();
+        assert!(!e.to_string().contains("hunter2"), "{e}");
+    }
     use std::collections::HashMap;
 
     fn from(pairs: &[(&str, &str)]) -> Result<Config, ConfigError> {

@@ -27,9 +27,15 @@ struct Inner {
     /// Wakes this node's webhook dispatcher when deliveries are due now
     /// (a test event, a replay); otherwise it looks every second.
     webhook_bell: Arc<tokio::sync::Notify>,
+    /// Image decodes running at once at most (uploads and checks): a burst
+    /// of large images cannot take every core and all the memory.
+    decode_slots: Arc<tokio::sync::Semaphore>,
     /// Runs on this node whose claim was taken (a stale fencing token).
     claim_conflicts: std::sync::atomic::AtomicU64,
 }
+
+/// Image decodes at once, at most.
+pub const DECODES_MAX: usize = 4;
 
 /// The address guard for what providers tell us to download (the same as
 /// webhooks': no internal address unless allowed).
@@ -61,6 +67,7 @@ impl Tollgate {
                 login_limits,
                 doorbell: Arc::new(tokio::sync::Notify::new()),
                 webhook_bell: Arc::new(tokio::sync::Notify::new()),
+                decode_slots: Arc::new(tokio::sync::Semaphore::new(DECODES_MAX)),
                 claim_conflicts: std::sync::atomic::AtomicU64::new(0),
             }),
         }
@@ -70,8 +77,18 @@ impl Tollgate {
     /// object store.
     pub async fn open(config: Config) -> crate::Result<Tollgate> {
         let store = Store::connect(&config.database_url).await.map_err(|e| {
+            // The driver's message may quote the URL: never its password.
+            let password = reqwest::Url::parse(&config.database_url)
+                .ok()
+                .and_then(|u| u.password().map(str::to_string))
+                .filter(|p| !p.is_empty());
+            let mut message = e.to_string();
+            if let Some(p) = password {
+                message = message.replace(&p, "***");
+            }
             crate::Error::Internal(format!(
-                "TOLLGATE_DATABASE_URL: cannot open the database: {e}"
+                "TOLLGATE_DATABASE_URL: cannot open the database {}: {message}",
+                crate::config::redact_url(&config.database_url)
             ))
         })?;
         store.migrate().await.map_err(|e| {
@@ -129,6 +146,16 @@ impl Tollgate {
 
     pub fn doorbell(&self) -> Arc<tokio::sync::Notify> {
         self.inner.doorbell.clone()
+    }
+
+    /// A slot for one image decode; held while it runs.
+    pub async fn decode_slot(&self) -> tokio::sync::OwnedSemaphorePermit {
+        self.inner
+            .decode_slots
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("the decode semaphore is never closed")
     }
 
     pub fn webhook_bell(&self) -> Arc<tokio::sync::Notify> {

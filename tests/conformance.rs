@@ -484,16 +484,28 @@ async fn password_change_requires_the_current_one(db: TestDb) {
     let u = user(&db, "u@example.com", Role::User).await;
     let bad = db
         .tollgate
-        .change_password(&u, "wrong", "a new long password", "a new long password")
+        .change_password(
+            &u,
+            "wrong",
+            "a new long password",
+            "a new long password",
+            false,
+        )
         .await;
     assert!(matches!(bad, Err(Error::Invalid { .. })));
     let mismatch = db
         .tollgate
-        .change_password(&u, PASSWORD, "a new long password", "another one!!")
+        .change_password(&u, PASSWORD, "a new long password", "another one!!", false)
         .await;
     assert!(matches!(mismatch, Err(Error::Invalid { .. })));
     db.tollgate
-        .change_password(&u, PASSWORD, "a new long password", "a new long password")
+        .change_password(
+            &u,
+            PASSWORD,
+            "a new long password",
+            "a new long password",
+            false,
+        )
         .await
         .unwrap();
     assert!(db

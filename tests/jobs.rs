@@ -111,7 +111,52 @@ both_backends!(
     quote_matches_the_charge,
     uploads_are_sniffed_bounded_and_private,
     expired_keys_can_be_reused,
+    a_persons_uploads_have_a_quota,
 );
+
+/// Noise compresses badly: a PNG of about `side * side * 3` bytes.
+fn noise_png(side: u32, seed: u32) -> Vec<u8> {
+    let img = image::RgbImage::from_fn(side, side, |x, y| {
+        let v = x
+            .wrapping_mul(2654435761)
+            .wrapping_add(y.wrapping_mul(40503))
+            .wrapping_add(seed)
+            ^ (x * y);
+        image::Rgb([(v >> 3) as u8, (v >> 11) as u8, (v >> 19) as u8])
+    });
+    let mut out = std::io::Cursor::new(Vec::new());
+    img.write_to(&mut out, image::ImageFormat::Png).unwrap();
+    out.into_inner()
+}
+
+/// With a 1 MB quota, a second large upload does not fit: 413 with its
+/// own code, and nothing is stored for it.
+async fn a_persons_uploads_have_a_quota(db: TestDb) {
+    let db = db.with_config("storage_quota_mb = 1\n").await;
+    let a = api(db).await;
+    let (u, token) = a.person("q@example.com", Role::User, 10).await;
+    let first = noise_png(360, 1);
+    assert!(
+        first.len() > 300_000 && first.len() < 1_000_000,
+        "{}",
+        first.len()
+    );
+    let r = a.upload(&token, first.clone(), "image/png").await;
+    let status = r.status();
+    assert_eq!(status, StatusCode::CREATED, "{}", r.text().await.unwrap());
+    // Another large image does not fit beside it.
+    let r = a.upload(&token, noise_png(520, 2), "image/png").await;
+    assert_eq!(r.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["code"], "STORAGE_QUOTA_EXCEEDED");
+    assert!(v["error"]["message"].as_str().unwrap().contains("MB"));
+    let used = a.db.store().asset_bytes_of(u.id).await.unwrap();
+    assert_eq!(
+        used,
+        first.len() as u64,
+        "nothing was stored for the refused one"
+    );
+}
 
 async fn identical_racing_submits_make_one_job(db: TestDb) {
     let a = Arc::new(api(db).await);

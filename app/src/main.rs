@@ -242,6 +242,16 @@ async fn serve(config: Config, role: NodeRole) -> Result<(), Fatal> {
         }
     });
 
+    // The sign-in limiters forget keys that recovered: bounded memory.
+    let limits = tollgate.clone();
+    tokio::spawn(async move {
+        let mut every_minute = tokio::time::interval(std::time::Duration::from_secs(60));
+        loop {
+            every_minute.tick().await;
+            limits.forget_idle_login_limits();
+        }
+    });
+
     // Idempotency keys are kept for a week, then freed (README).
     let keeper = tollgate.clone();
     tokio::spawn(async move {
@@ -284,13 +294,9 @@ async fn serve(config: Config, role: NodeRole) -> Result<(), Fatal> {
         NodeRole::Worker => tollgate::api::ops_router(tollgate.clone()),
     };
     tracing::info!(%listen, ?role, backend = ?tollgate.store().backend(), "Tollgate is listening on http://{listen}");
-    axum::serve(
-        listener,
-        app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
-    )
-    .with_graceful_shutdown(shutdown_signal())
-    .await
-    .map_err(|e| Fatal(format!("serving: {e}")))?;
+    tollgate_app::server::listen::serve(listener, app, shutdown_signal())
+        .await
+        .map_err(|e| Fatal(format!("serving: {e}")))?;
     if let Some(engine) = engine {
         // Stop claiming; jobs held between steps go back to the queue.
         engine.shutdown().await;

@@ -29,15 +29,25 @@ fn internal(e: impl std::fmt::Display) -> StoreError {
 /// blocking pool and back. Anything larger goes to the blocking pool.
 const INLINE_BYTES_MAX: usize = 16 * 1024;
 
-/// Runs CPU work on the blocking pool, or inline when its input is tiny.
+/// Runs CPU work on the blocking pool (holding one of the node's decode
+/// slots, so large images are decoded a few at a time), or inline when its
+/// input is tiny.
 async fn on_cpu<T: Send + 'static>(
+    t: &crate::Tollgate,
     input_bytes: usize,
     work: impl FnOnce() -> T + Send + 'static,
 ) -> StoreResult<T> {
     if input_bytes <= INLINE_BYTES_MAX {
         Ok(work())
     } else {
-        tokio::task::spawn_blocking(work).await.map_err(internal)
+        let slot = t.decode_slot().await;
+        tokio::task::spawn_blocking(move || {
+            let out = work();
+            drop(slot);
+            out
+        })
+        .await
+        .map_err(internal)
     }
 }
 
@@ -104,7 +114,7 @@ async fn readiness(run: &mut Run<'_>) -> StoreResult<Next> {
     let mask = run.t.asset_bytes(edit.target.mask).await?;
     let (kind, description) = (edit.target.kind, edit.target.description.clone());
     let size = photo.len() + mask.as_ref().map_or(0, Vec::len);
-    let checked = on_cpu(size, move || {
+    let checked = on_cpu(run.t, size, move || {
         let img = local::decode(&photo)?;
         let region = local::region(&img, kind, mask.as_deref())?;
         Ok::<_, String>(local::readiness(kind, &description, &region))
@@ -165,7 +175,7 @@ async fn review(run: &mut Run<'_>) -> StoreResult<Next> {
         .iter()
         .map(|b| b.as_ref().map_or(0, Vec::len))
         .sum();
-    let reviewed = on_cpu(size, move || {
+    let reviewed = on_cpu(run.t, size, move || {
         let photo = local::decode(&photo.ok_or("the photo is gone")?)?;
         let out = image::load_from_memory(&out.ok_or("the output is gone")?)
             .map_err(|e| e.to_string())?

@@ -178,7 +178,7 @@ impl Store {
                 postgres::Backend::connect(url, counters).await?,
             ))
         } else {
-            Err(StoreError::UnsupportedUrl(url.to_string()))
+            Err(StoreError::UnsupportedUrl(crate::config::redact_url(url)))
         }
     }
 
@@ -204,6 +204,23 @@ impl Store {
             Store::Sqlite(s) => s.counters(),
             Store::Postgres(s) => s.counters(),
         }
+    }
+
+    /// How many browser sessions are stored (a failed sign-in must add none).
+    pub async fn count_sessions(&self) -> StoreResult<i64> {
+        // The session store's own tables (tower-sessions-sqlx-store).
+        Ok(match self {
+            Store::Sqlite(s) => {
+                sqlx::query_scalar("SELECT COUNT(*) FROM tower_sessions")
+                    .fetch_one(&s.writer())
+                    .await?
+            }
+            Store::Postgres(s) => {
+                sqlx::query_scalar("SELECT COUNT(*) FROM tower_sessions.session")
+                    .fetch_one(&s.pool())
+                    .await?
+            }
+        })
     }
 
     pub fn session_backend(&self) -> SessionBackend {
@@ -277,8 +294,19 @@ impl Store {
         dispatch!(self, s => s.set_user_disabled(id, disabled).await)
     }
 
-    pub async fn set_password_hash(&self, id: UserId, hash: &str) -> StoreResult<()> {
-        dispatch!(self, s => s.set_password_hash(id, hash).await)
+    /// A new password; sessions started before `sessions_from` end.
+    pub async fn set_password_hash(
+        &self,
+        id: UserId,
+        hash: &str,
+        sessions_from: DateTime<Utc>,
+    ) -> StoreResult<()> {
+        dispatch!(self, s => s.set_password_hash(id, hash, sessions_from).await)
+    }
+
+    /// Revokes every live token of a user; how many.
+    pub async fn revoke_all_tokens(&self, user: UserId, at: DateTime<Utc>) -> StoreResult<u64> {
+        dispatch!(self, s => s.revoke_all_tokens(user, at).await)
     }
 
     /// Admins who are not disabled: the last one may not be demoted or disabled.
@@ -428,6 +456,11 @@ impl Store {
     pub async fn apply_one(&self, unit: Unit) -> StoreResult<Applied> {
         let mut out = self.apply(std::slice::from_ref(&unit)).await;
         out.pop().unwrap_or(Err(StoreError::NotFound))
+    }
+
+    /// What a person's uploads take in all.
+    pub async fn asset_bytes_of(&self, user: UserId) -> StoreResult<u64> {
+        dispatch!(self, s => s.asset_bytes_of(user).await)
     }
 
     /// Parked records, oldest first, filtered, after a cursor.

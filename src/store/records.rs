@@ -18,6 +18,9 @@ pub struct User {
     pub disabled: bool,
     pub balance: Credits,
     pub created_at: DateTime<Utc>,
+    /// Sessions started before this are no longer honoured.
+    #[serde(skip)]
+    pub sessions_valid_after: Option<DateTime<Utc>>,
 }
 
 #[derive(Clone, Debug)]

@@ -129,7 +129,23 @@ pub async fn load_page_context() -> Result<PageContext, ServerFnError> {
         email: p.user.email.to_string(),
         role: p.user.role,
     });
-    let flash = crate::server::flash::take().await;
+    let mut flash = crate::server::flash::take().await;
+    // A secret made by the last form post arrives in its own cookie, once.
+    let headers = leptos_axum::extract::<axum::http::HeaderMap>().await?;
+    if let Some(secret) = crate::server::flash::secret_from(&headers) {
+        crate::server::flash::clear_secret(engine()?.config().secure_cookies);
+        match flash.as_mut() {
+            Some(f) => f.secret = Some(secret),
+            None => {
+                flash = Some(Flash {
+                    kind: FlashKind::Ok,
+                    message: "Your new secret:".into(),
+                    secret: Some(secret),
+                    email: None,
+                })
+            }
+        }
+    }
     Ok(PageContext { me, flash })
 }
 

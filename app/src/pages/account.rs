@@ -47,6 +47,8 @@ pub fn AccountPage() -> impl IntoView {
                         minlength=tollgate::model::PASSWORD_LEN_MIN as u32
                     />
                     <PasswordField name="confirm".to_string() label="New password again".to_string() autocomplete="new-password".to_string() />
+                    <label class="check"><input type="checkbox" name="revoke_tokens" value="1" />" Also revoke all my API tokens"</label>
+                    <p class="hint">"Your other signed-in sessions end with the change."</p>
                     <button type="submit" class="btn btn-primary">"Change password"</button>
                 </form>
             </section>

@@ -24,6 +24,34 @@ fn AuthCard(title: &'static str, lede: &'static str, children: Children) -> impl
     }
 }
 
+/// What a failed sign-in or set-up says, from the code in the address (it
+/// keeps nothing on the server for someone who is not signed in).
+fn failure_words(code: &str) -> Option<&'static str> {
+    Some(match code {
+        "credentials" => "Email or password is incorrect.",
+        "rate_limited" => "Too many attempts; wait a minute and try again.",
+        "disabled" => "This account is disabled; ask an admin to enable it.",
+        "email" => "Enter an email address like ana@studio.example.",
+        "password" => "The password must be at least 10 characters (and at most 1,024).",
+        "confirm" => "The two passwords do not match.",
+        "done" => "Setup is already complete: an admin exists.",
+        "remote" => "Set up the first admin from this machine (http://127.0.0.1:…), or set TOLLGATE_PUBLIC_URL to where people reach Tollgate.",
+        "form" => "The form could not be read; please try again.",
+        _ => return None,
+    })
+}
+
+/// The failure and the email echoed in the address, bounded.
+fn echoed() -> (Option<&'static str>, Option<String>) {
+    let q = use_query_map().get_untracked();
+    let failed = q.get("failed").as_deref().and_then(failure_words);
+    let email = q
+        .get("email")
+        .map(|e| e.chars().take(254).collect::<String>())
+        .filter(|e| !e.is_empty());
+    (failed, email)
+}
+
 #[component]
 pub fn LoginPage() -> impl IntoView {
     let ctx = Resource::new_blocking(|| (), |_| load_page_context());
@@ -31,6 +59,7 @@ pub fn LoginPage() -> impl IntoView {
         .get_untracked()
         .get("next")
         .unwrap_or_default();
+    let (failed, echoed_email) = echoed();
     view! {
         <Title text="Sign in" />
         <AuthCard title="Sign in" lede="Use the email and password your admin gave you.">
@@ -39,10 +68,12 @@ pub fn LoginPage() -> impl IntoView {
                     let next = next.clone();
                     move || {
                         let next = next.clone();
+                        let echoed_email = echoed_email.clone();
                         Suspend::new(async move {
                             let PageContext { flash, .. } = ctx.await.unwrap_or(PageContext { me: None, flash: None });
-                            let email = flash.as_ref().and_then(|f| f.email.clone());
+                            let email = echoed_email.or_else(|| flash.as_ref().and_then(|f| f.email.clone()));
                             view! {
+                                {failed.map(|m| view! { <div class="flash flash-error" role="alert"><p>{m}</p></div> })}
                                 {flash.map(|f| view! { <FlashMessage flash=f /> })}
                                 <form method="post" action="/login" class="form">
                                     <input type="hidden" name="next" value=next />
@@ -66,11 +97,14 @@ pub fn LoginPage() -> impl IntoView {
 pub fn SetupPage() -> impl IntoView {
     let needed = Resource::new_blocking(|| (), |_| setup_needed());
     let ctx = Resource::new_blocking(|| (), |_| load_page_context());
+    let (failed, echoed_email) = echoed();
     view! {
         <Title text="First-run setup" />
         <AuthCard title="Welcome to Tollgate" lede="Create the first admin account. This page disappears once an admin exists.">
             <Suspense fallback=|| ()>
-                {move || Suspend::new(async move {
+                {move || {
+                    let echoed_email = echoed_email.clone();
+                    Suspend::new(async move {
                     let needed = needed.await.unwrap_or(false);
                     let PageContext { flash, .. } = ctx.await.unwrap_or(PageContext { me: None, flash: None });
                     if !needed {
@@ -82,8 +116,9 @@ pub fn SetupPage() -> impl IntoView {
                         }
                         .into_any();
                     }
-                    let email = flash.as_ref().and_then(|f| f.email.clone());
+                    let email = echoed_email.or_else(|| flash.as_ref().and_then(|f| f.email.clone()));
                     view! {
+                        {failed.map(|m| view! { <div class="flash flash-error" role="alert"><p>{m}</p></div> })}
                         {flash.map(|f| view! { <FlashMessage flash=f /> })}
                         <form method="post" action="/setup" class="form">
                             <div class="field">
@@ -106,7 +141,7 @@ pub fn SetupPage() -> impl IntoView {
                         </form>
                     }
                     .into_any()
-                })}
+                })}}
             </Suspense>
         </AuthCard>
     }

@@ -3,7 +3,6 @@
 //! (post/redirect/get), so they work without JavaScript.
 
 use super::flash;
-use crate::data::{Flash, FlashKind};
 use axum::extract::rejection::FormRejection;
 use axum::extract::{ConnectInfo, Path, State};
 use axum::response::Redirect;
@@ -80,16 +79,11 @@ async fn setup(
     // A fresh instance without a public URL is set up from this machine
     // only: whoever reaches it first over the network must not become admin.
     if t.config().public_origin.is_none() && !addr.ip().is_loopback() {
-        let refused = Error::BadRequest {
-            status: 403,
-            code: "SETUP_FROM_LOOPBACK",
-            message: "Set up the first admin from this machine (http://127.0.0.1:…), or set TOLLGATE_PUBLIC_URL to where people reach Tollgate.".into(),
-        };
-        return report(&session, refused, "/setup").await;
+        return Redirect::to("/setup?failed=remote");
     }
     let Form(f) = match form {
         Ok(f) => f,
-        Err(e) => return report(&session, unreadable(e), "/setup").await,
+        Err(_) => return Redirect::to("/setup?failed=form"),
     };
     match t.complete_setup(&f.email, &f.password, &f.confirm).await {
         Ok(user) => {
@@ -104,18 +98,14 @@ async fn setup(
             Redirect::to("/admin/users")
         }
         Err(e) => {
-            let email = Some(f.email);
-            flash::set(
-                &session,
-                Flash {
-                    kind: FlashKind::Error,
-                    message: sentence(&e.public_message()),
-                    secret: None,
-                    email,
-                },
-            )
-            .await;
-            Redirect::to("/setup")
+            let failed = match &e {
+                Error::Invalid { fields, .. } if fields.contains_key("email") => "email",
+                Error::Invalid { fields, .. } if fields.contains_key("confirm") => "confirm",
+                Error::Invalid { .. } => "password",
+                Error::Conflict { .. } => "done",
+                _ => "form",
+            };
+            Redirect::to(&auth_back("/setup", failed, &f.email, ""))
         }
     }
 }
@@ -147,25 +137,27 @@ async fn login(
             Redirect::to(safe_next(&f.next))
         }
         Err(e) => {
-            let message = sentence(&e.public_message());
-            flash::set(
-                &session,
-                Flash {
-                    kind: FlashKind::Error,
-                    message,
-                    secret: None,
-                    email: Some(f.email),
-                },
-            )
-            .await;
-            let back = if f.next.is_empty() {
-                "/login".to_string()
-            } else {
-                format!("/login?next={}", encode(safe_next(&f.next)))
+            // An anonymous failure writes no session row: what went wrong
+            // and what was typed ride in the address, short and bounded.
+            let failed = match e {
+                Error::RateLimited { .. } => "rate_limited",
+                Error::AccountDisabled => "disabled",
+                _ => "credentials",
             };
-            Redirect::to(&back)
+            Redirect::to(&auth_back("/login", failed, &f.email, &f.next))
         }
     }
+}
+
+/// `/login?failed=CODE&email=…&next=…` (or `/setup?…`): the page says why,
+/// with the email filled in again. The echo is at most 254 characters.
+fn auth_back(page: &str, failed: &str, email: &str, next: &str) -> String {
+    let email: String = email.trim().chars().take(254).collect();
+    let mut back = format!("{page}?failed={failed}&email={}", encode(&email));
+    if !next.is_empty() {
+        back.push_str(&format!("&next={}", encode(safe_next(next))));
+    }
+    back
 }
 
 fn encode(s: &str) -> String {
@@ -191,6 +183,8 @@ pub struct PasswordForm {
     current_password: String,
     new_password: String,
     confirm: String,
+    /// "1": also revoke every API token.
+    revoke_tokens: Option<String>,
 }
 
 async fn change_password(
@@ -199,16 +193,36 @@ async fn change_password(
     session: Session,
     form: Result<Form<PasswordForm>, FormRejection>,
 ) -> Redirect {
+    let mut revoked = false;
     let result = match form {
         Ok(Form(f)) => {
-            t.change_password(who.user(), &f.current_password, &f.new_password, &f.confirm)
-                .await
+            revoked = f.revoke_tokens.is_some();
+            t.change_password(
+                who.user(),
+                &f.current_password,
+                &f.new_password,
+                &f.confirm,
+                revoked,
+            )
+            .await
         }
         Err(e) => Err(unreadable(e)),
     };
     match result {
-        Ok(()) => {
-            flash::ok(&session, "Your password is changed.").await;
+        Ok(from) => {
+            // Every other session ended with the change; this one goes on.
+            if let Err(e) = tollgate::auth::stamp_session(&session, from).await {
+                return report(&session, e, "/login").await;
+            }
+            flash::ok(
+                &session,
+                if revoked {
+                    "Your password is changed. Your other sessions and all your API tokens have ended."
+                } else {
+                    "Your password is changed. Your other sessions have ended."
+                },
+            )
+            .await;
             Redirect::to("/account")
         }
         Err(e) => report(&session, e, "/account").await,
@@ -226,7 +240,8 @@ async fn create_token(
     who: Authorized<AnyUser>,
     session: Session,
     form: Result<Form<TokenForm>, FormRejection>,
-) -> Redirect {
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
     let result = match form {
         Ok(Form(f)) => t.create_api_token(who.user(), &f.name).await,
         Err(e) => Err(unreadable(e)),
@@ -237,19 +252,10 @@ async fn create_token(
                 "Token “{}” created. This is the only time it is shown:",
                 token.name
             );
-            flash::set(
-                &session,
-                Flash {
-                    kind: FlashKind::Ok,
-                    message,
-                    secret: Some(secret),
-                    email: None,
-                },
-            )
-            .await;
-            Redirect::to("/account")
+            flash::ok(&session, message).await;
+            flash::redirect_with_secret("/account", &secret, t.config().secure_cookies)
         }
-        Err(e) => report(&session, e, "/account").await,
+        Err(e) => report(&session, e, "/account").await.into_response(),
     }
 }
 

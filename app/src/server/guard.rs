@@ -143,9 +143,13 @@ pub async fn cross_site_check(State(t): State<Tollgate>, req: Request, next: Nex
         && req.headers().contains_key(header::AUTHORIZATION);
     // Read-only routes with no state-changing method: the router answers 405.
     let read_only = matches!(path, "/healthz" | "/readyz" | "/metrics");
+    // Without a cookie there is no ambient authority to forge; signing in
+    // and set-up are checked anyway (no one may be signed in by another site).
+    let ambient = req.headers().contains_key(header::COOKIE) || matches!(path, "/login" | "/setup");
     if safe
         || api_token
         || read_only
+        || !ambient
         || same_origin(req.headers(), t.config().public_origin.as_deref())
     {
         return next.run(req).await;

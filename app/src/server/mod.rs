@@ -5,6 +5,7 @@
 pub mod flash;
 pub mod forms;
 pub mod guard;
+pub mod listen;
 pub mod review;
 pub mod webhooks;
 
@@ -37,6 +38,9 @@ pub fn leptos_options(tollgate: &Tollgate) -> LeptosOptions {
         .site_addr(config.listen)
         .build()
 }
+
+/// How long one request may take, reading its body included.
+pub const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
 
 /// Everything a `web` node serves.
 pub fn router(tollgate: Tollgate) -> Router {
@@ -74,6 +78,11 @@ pub fn router(tollgate: Tollgate) -> Router {
             guard::role_guard,
         ))
         .layer(tollgate::auth::session_layer(&tollgate));
+    // A request that takes longer than this as a whole is answered 408.
+    let app = app.layer(tower_http::timeout::TimeoutLayer::with_status_code(
+        axum::http::StatusCode::REQUEST_TIMEOUT,
+        REQUEST_TIMEOUT,
+    ));
     with_security_headers(app, &tollgate).layer(TraceLayer::new_for_http())
 }
 

@@ -4,9 +4,9 @@
 
 use super::flash;
 use super::forms::report;
-use crate::data::{Flash, FlashKind};
 use axum::extract::rejection::FormRejection;
 use axum::extract::{Path, State};
+use axum::response::IntoResponse;
 use axum::response::Redirect;
 use axum::routing::post;
 use axum::{Form, Router};
@@ -43,17 +43,16 @@ pub struct AddForm {
     ev_parked: Option<String>,
 }
 
-async fn secret_flash(session: &Session, message: String, secret: String) {
-    flash::set(
-        session,
-        Flash {
-            kind: FlashKind::Ok,
-            message,
-            secret: Some(secret),
-            email: None,
-        },
-    )
-    .await;
+/// The message in the flash; the secret in its own short-lived cookie,
+/// never in the session row.
+async fn with_secret(
+    t: &Tollgate,
+    session: &Session,
+    message: String,
+    secret: &str,
+) -> axum::response::Response {
+    flash::ok(session, message).await;
+    flash::redirect_with_secret(BACK, secret, t.config().secure_cookies)
 }
 
 async fn add(
@@ -61,7 +60,7 @@ async fn add(
     who: Authorized<AnyUser>,
     session: Session,
     form: Result<Form<AddForm>, FormRejection>,
-) -> Redirect {
+) -> axum::response::Response {
     let result = async {
         let Form(f) = form.map_err(|e| Error::invalid("form", e.body_text()))?;
         let events: Vec<String> = [
@@ -82,18 +81,18 @@ async fn add(
     .await;
     match result {
         Ok(made) => {
-            secret_flash(
+            with_secret(
+                &t,
                 &session,
                 format!(
                     "Endpoint added for {}. Its signing secret:",
                     made.endpoint.url
                 ),
-                made.secret,
+                &made.secret,
             )
-            .await;
-            Redirect::to(BACK)
+            .await
         }
-        Err(e) => report(&session, e, BACK).await,
+        Err(e) => report(&session, e, BACK).await.into_response(),
     }
 }
 
@@ -122,19 +121,19 @@ async fn rotate(
     who: Authorized<AnyUser>,
     session: Session,
     Path(id): Path<String>,
-) -> Redirect {
+) -> axum::response::Response {
     let result = async { t.rotate_webhook_secret(who.user(), endpoint_id(&id)?).await }.await;
     match result {
         Ok(made) => {
-            secret_flash(
+            with_secret(
+                &t,
                 &session,
                 "New secret made. For 24 hours deliveries carry signatures by both the old and the new one:".into(),
-                made.secret,
+                &made.secret,
             )
-            .await;
-            Redirect::to(BACK)
+            .await
         }
-        Err(e) => report(&session, e, BACK).await,
+        Err(e) => report(&session, e, BACK).await.into_response(),
     }
 }
 

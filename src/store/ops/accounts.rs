@@ -124,7 +124,6 @@ impl Backend {
         let q = sqlx::query(sql);
         let q = match bind {
             UserField::Text(t) => q.bind(t.to_string()),
-            UserField::Flag(b) => q.bind(b),
         };
         let r = q.bind(id.0).execute(&self.writer).await?;
         self.committed(Purpose::Other, 1);
@@ -140,14 +139,61 @@ impl Backend {
             .await
     }
 
+    /// Disabling also ends every session the user has.
     pub async fn set_user_disabled(&self, id: UserId, disabled: bool) -> StoreResult<()> {
-        let sql = "UPDATE users SET disabled = $1 WHERE id = $2";
-        self.update_user(sql, id, UserField::Flag(disabled)).await
+        let r = sqlx::query(
+            "UPDATE users SET disabled = $1, \
+             sessions_valid_after = CASE WHEN $1 THEN $3 ELSE sessions_valid_after END WHERE id = $2",
+        )
+        .bind(disabled)
+        .bind(id.0)
+        .bind(chrono::Utc::now())
+        .execute(&self.writer)
+        .await?;
+        self.committed(Purpose::Other, 1);
+        if r.rows_affected() == 0 {
+            return Err(StoreError::NotFound);
+        }
+        Ok(())
     }
 
-    pub async fn set_password_hash(&self, id: UserId, hash: &str) -> StoreResult<()> {
-        let sql = "UPDATE users SET password_hash = $1 WHERE id = $2";
-        self.update_user(sql, id, UserField::Text(hash)).await
+    /// A new password ends every session started before `sessions_from`.
+    pub async fn set_password_hash(
+        &self,
+        id: UserId,
+        hash: &str,
+        sessions_from: chrono::DateTime<chrono::Utc>,
+    ) -> StoreResult<()> {
+        let r = sqlx::query(
+            "UPDATE users SET password_hash = $1, sessions_valid_after = $3 WHERE id = $2",
+        )
+        .bind(hash)
+        .bind(id.0)
+        .bind(sessions_from)
+        .execute(&self.writer)
+        .await?;
+        self.committed(Purpose::Other, 1);
+        if r.rows_affected() == 0 {
+            return Err(StoreError::NotFound);
+        }
+        Ok(())
+    }
+
+    /// Revokes every token of a user that is not revoked yet; how many.
+    pub async fn revoke_all_tokens(
+        &self,
+        user: UserId,
+        at: chrono::DateTime<chrono::Utc>,
+    ) -> StoreResult<u64> {
+        let r = sqlx::query(
+            "UPDATE api_tokens SET revoked_at = $2 WHERE user_id = $1 AND revoked_at IS NULL",
+        )
+        .bind(user.0)
+        .bind(at)
+        .execute(&self.writer)
+        .await?;
+        self.committed(Purpose::Other, 1);
+        Ok(r.rows_affected())
     }
 
     pub async fn count_active_admins(&self) -> StoreResult<i64> {
@@ -211,7 +257,7 @@ impl Backend {
         now: DateTime<Utc>,
     ) -> StoreResult<Option<User>> {
         let sql = "SELECT t.id AS token_id, t.last_used_at, u.id, u.email, u.role, u.disabled, \
-                   u.balance, u.created_at FROM api_tokens t JOIN users u ON u.id = t.user_id \
+                   u.balance, u.created_at, u.sessions_valid_after FROM api_tokens t JOIN users u ON u.id = t.user_id \
                    WHERE t.token_hash = $1 AND t.revoked_at IS NULL AND u.disabled = $2";
         let Some(row) = sqlx::query(sql)
             .bind(hash)
@@ -294,5 +340,4 @@ impl Backend {
 /// The one value an account update writes.
 enum UserField<'a> {
     Text(&'a str),
-    Flag(bool),
 }

@@ -43,6 +43,16 @@ impl Backend {
         asset_from_row(&row)
     }
 
+    /// What a person's uploads take in all.
+    pub async fn asset_bytes_of(&self, user: UserId) -> StoreResult<u64> {
+        let sum: Option<i64> =
+            sqlx::query_scalar("SELECT CAST(SUM(bytes) AS BIGINT) FROM assets WHERE user_id = $1")
+                .bind(user.0)
+                .fetch_one(&self.reader)
+                .await?;
+        Ok(sum.unwrap_or(0).max(0) as u64)
+    }
+
     pub async fn asset(&self, id: AssetId) -> StoreResult<Option<Asset>> {
         let sql = format!("SELECT {ASSET_COLUMNS} FROM assets WHERE id = $1");
         let row = sqlx::query(&sql)

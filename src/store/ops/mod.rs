@@ -47,7 +47,7 @@ macro_rules! fence {
 }
 use fence;
 
-const USER_COLUMNS: &str = "id, email, role, disabled, balance, created_at";
+const USER_COLUMNS: &str = "id, email, role, disabled, balance, created_at, sessions_valid_after";
 const TOKEN_COLUMNS: &str = "id, user_id, name, prefix, created_at, last_used_at, revoked_at";
 const LEDGER_COLUMNS: &str = "id, user_id, amount, kind, reference, actor_id, reason, created_at";
 const ASSET_COLUMNS: &str =
@@ -90,6 +90,7 @@ fn user_from_row(row: &Row) -> StoreResult<User> {
         disabled: row.try_get("disabled")?,
         balance: Credits(row.try_get("balance")?),
         created_at: row.try_get("created_at")?,
+        sessions_valid_after: row.try_get("sessions_valid_after")?,
     })
 }
 
