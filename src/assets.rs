@@ -231,6 +231,17 @@ impl Tollgate {
 
     /// An asset's bytes, for the engine's own reading; `None` when the asset
     /// or its object is gone.
+    /// A succeeded job's stored output, whole (a repair's previous version).
+    pub(crate) async fn job_output_bytes(
+        &self,
+        job: crate::model::JobId,
+    ) -> crate::store::StoreResult<Option<Vec<u8>>> {
+        match self.store().job_output(job).await? {
+            Some((key, _)) => self.object_bytes(&key).await,
+            None => Ok(None),
+        }
+    }
+
     pub(crate) async fn asset_bytes(
         &self,
         id: Option<AssetId>,

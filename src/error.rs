@@ -106,6 +106,19 @@ impl From<StoreError> for Error {
                 message: format!("that {what} is already taken"),
             },
             StoreError::InsufficientCredits => Error::InsufficientCredits,
+            StoreError::RepairRefused(why) => match why {
+                crate::model::RepairRefusal::Stopped => Error::Conflict {
+                    code: "REPAIRS_STOPPED",
+                    message: "a repair of this edit kept the previous version, so it takes no further repairs; order a new edit to try again".into(),
+                },
+                crate::model::RepairRefusal::LimitReached => Error::Conflict {
+                    code: "REPAIR_LIMIT_REACHED",
+                    message: format!(
+                        "this edit has had its {} repairs; order a new edit to try again",
+                        crate::model::REPAIRS_MAX
+                    ),
+                },
+            },
             StoreError::UnstorableText => {
                 Error::invalid("body", "text must not contain NUL characters")
             }

@@ -31,6 +31,8 @@ pub mod parked;
 #[cfg(feature = "server")]
 pub mod providers;
 #[cfg(feature = "server")]
+pub mod repairs;
+#[cfg(feature = "server")]
 pub mod service;
 #[cfg(feature = "server")]
 pub mod spend;

@@ -160,6 +160,7 @@ async fn leases_run_on_the_database_clock_and_a_stale_token_cannot_write(db: Tes
     let p = Progress {
         readiness: Some(Readiness {
             region_fraction: 0.5,
+            observation: None,
         }),
         ..Progress::default()
     };
@@ -202,6 +203,7 @@ async fn leases_run_on_the_database_clock_and_a_stale_token_cannot_write(db: Tes
                 output_key: "outputs/x".into(),
                 content_type: "image/gif".into(),
                 review: None,
+                lineage: None,
             })],
         ),
     )
@@ -236,6 +238,7 @@ async fn progress_survives_a_resume(db: TestDb) {
     let p = Progress {
         readiness: Some(Readiness {
             region_fraction: 0.25,
+            observation: None,
         }),
         ..Progress::default()
     };
@@ -291,6 +294,7 @@ async fn cancel_wins_over_a_running_worker(db: TestDb) {
                     output_key: "outputs/x".into(),
                     content_type: "image/png".into(),
                     review: None,
+                    lineage: None,
                 })]
             )
         )

@@ -400,6 +400,7 @@ async fn a_refund_never_follows_a_job_that_finished_first(db: TestDb) {
                     output_key: format!("outputs/{id}"),
                     content_type: "image/png".into(),
                     review: None,
+                    lineage: None,
                 })],
             };
             b.wait().await;

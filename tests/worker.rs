@@ -266,6 +266,7 @@ async fn a_resumed_job_skips_its_completed_steps(db: TestDb) {
     let marker = Progress {
         readiness: Some(Readiness {
             region_fraction: 0.123,
+            observation: None,
         }),
         ..Progress::default()
     };

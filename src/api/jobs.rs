@@ -10,6 +10,7 @@ use crate::error::{Error, Result};
 use crate::model::{
     JobId, JobStatus, RawImageEdit, RawVideo, Resolution, Strength, TargetKind, Usd, STYLES,
 };
+use crate::store::{Attempt, Job};
 use crate::Tollgate;
 use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
@@ -29,6 +30,8 @@ pub fn router() -> OpenApiRouter<Tollgate> {
         .routes(routes!(list_events))
         .routes(routes!(get_output))
         .routes(routes!(cancel_job))
+        .routes(routes!(submit_repair))
+        .routes(routes!(get_lineage))
         .routes(routes!(quote))
         .routes(routes!(catalogue))
 }
@@ -44,6 +47,50 @@ pub enum JobRequestBody {
 
 fn job_id(raw: &str) -> Result<JobId> {
     raw.parse().map_err(|_| Error::NotFound("job"))
+}
+
+/// The job object, with its lineage's shared state read for an image edit.
+pub(super) async fn object(t: &Tollgate, job: &Job, attempts: &[Attempt]) -> Result<JobObject> {
+    let lineage = t.lineage_state(job).await?;
+    Ok(JobObject::new(job, attempts, lineage.as_ref()))
+}
+
+fn idempotency_key(headers: &HeaderMap) -> Result<Option<&str>> {
+    match headers.get("idempotency-key") {
+        None => Ok(None),
+        Some(v) => Ok(Some(v.to_str().map_err(|_| Error::BadRequest {
+            status: 400,
+            code: "INVALID_IDEMPOTENCY_KEY",
+            message: "Idempotency-Key must be 1 to 255 printable ASCII characters".into(),
+        })?)),
+    }
+}
+
+/// 201 with `Location` for a new job, 202 with `Idempotent-Replayed` for
+/// the one made earlier under the key.
+async fn submitted(t: &Tollgate, submission: crate::jobs::Submission) -> Result<Response> {
+    // A job made just now has no attempts; only a replay needs to look.
+    let attempts = if submission.created {
+        Vec::new()
+    } else {
+        t.store().attempts(submission.job.id).await?
+    };
+    let object = object(t, &submission.job, &attempts).await?;
+    let status = if submission.created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::ACCEPTED
+    };
+    let mut response = (status, Json(object)).into_response();
+    if !submission.created {
+        response
+            .headers_mut()
+            .insert("idempotent-replayed", HeaderValue::from_static("true"));
+    }
+    if let Ok(v) = HeaderValue::from_str(&format!("/v1/jobs/{}", submission.job.id)) {
+        response.headers_mut().insert(header::LOCATION, v);
+    }
+    Ok(response)
 }
 
 /// `Idempotency-Key`: required on every paid request; one key and one body
@@ -99,37 +146,10 @@ async fn submit_job(
     headers: HeaderMap,
     ApiJson(body): ApiJson<Value>,
 ) -> Result<Response> {
-    let key = match headers.get("idempotency-key") {
-        None => None,
-        Some(v) => Some(v.to_str().map_err(|_| Error::BadRequest {
-            status: 400,
-            code: "INVALID_IDEMPOTENCY_KEY",
-            message: "Idempotency-Key must be 1 to 255 printable ASCII characters".into(),
-        })?),
-    };
-    let submission = t.submit_job(who.user(), key, &body).await?;
-    // A job made just now has no attempts; only a replay needs to look.
-    let attempts = if submission.created {
-        Vec::new()
-    } else {
-        t.store().attempts(submission.job.id).await?
-    };
-    let object = JobObject::new(&submission.job, &attempts);
-    let status = if submission.created {
-        StatusCode::CREATED
-    } else {
-        StatusCode::ACCEPTED
-    };
-    let mut response = (status, Json(object)).into_response();
-    if !submission.created {
-        response
-            .headers_mut()
-            .insert("idempotent-replayed", HeaderValue::from_static("true"));
-    }
-    if let Ok(v) = HeaderValue::from_str(&format!("/v1/jobs/{}", submission.job.id)) {
-        response.headers_mut().insert(header::LOCATION, v);
-    }
-    Ok(response)
+    let submission = t
+        .submit_job(who.user(), idempotency_key(&headers)?, &body)
+        .await?;
+    submitted(&t, submission).await
 }
 
 #[derive(Deserialize, IntoParams)]
@@ -185,10 +205,10 @@ async fn list_jobs(
     for a in t.store().attempts_of(&ids).await? {
         by_job.entry(a.job_id).or_default().push(a);
     }
-    let data = jobs
-        .iter()
-        .map(|j| JobObject::new(j, by_job.get(&j.id).map(Vec::as_slice).unwrap_or(&[])))
-        .collect();
+    let mut data = Vec::with_capacity(jobs.len());
+    for j in &jobs {
+        data.push(object(&t, j, by_job.get(&j.id).map(Vec::as_slice).unwrap_or(&[])).await?);
+    }
     Ok(Json(JobPage {
         data,
         has_more: next.is_some(),
@@ -214,7 +234,7 @@ async fn get_job(
 ) -> Result<Json<JobObject>> {
     let job = t.visible_job(who.user(), job_id(&id)?).await?;
     let attempts = t.store().attempts(job.id).await?;
-    Ok(Json(JobObject::new(&job, &attempts)))
+    Ok(Json(object(&t, &job, &attempts).await?))
 }
 
 /// Every provider call of a job, failed ones included; a cost is null when
@@ -308,7 +328,124 @@ async fn cancel_job(
 ) -> Result<Json<JobObject>> {
     let job = t.cancel_job(who.user(), job_id(&id)?).await?;
     let attempts = t.store().attempts(job.id).await?;
-    Ok(Json(JobObject::new(&job, &attempts)))
+    Ok(Json(object(&t, &job, &attempts).await?))
+}
+
+/// A repair: `{"instruction"}` and nothing else.
+#[derive(Deserialize, ToSchema)]
+#[allow(dead_code)]
+pub struct RepairBody {
+    /// What to change about the version you have now (1 to 500 characters).
+    #[schema(min_length = 1, max_length = 500)]
+    instruction: String,
+}
+
+/// Asks for a repair of an edit that succeeded: a new instruction, the
+/// same settings, charged like its parent and refunded if it fails.
+///
+/// The repair is made on the lineage's delivered version and compared with
+/// it: `improved` delivers the candidate; `unchanged` or `worse` keeps the
+/// previous version (`lineage.retained_previous`, the candidate at
+/// `lineage.candidate_url`) and stops repairs on that lineage. Two repairs
+/// per lineage at most. The same key with the same instruction answers the
+/// first repair (202).
+#[utoipa::path(
+    post, path = "/jobs/{id}/repairs", tag = "jobs", operation_id = "submit_repair",
+    params(("id" = JobId, Path, description = "Any version of the lineage to repair."), IdempotencyKeyHeader),
+    request_body(content = RepairBody),
+    responses(
+        (status = 201, description = "The repair, charged.", body = JobObject,
+            headers(("Location" = String, description = "/v1/jobs/{id}")),
+            links(
+                ("GetJob" = (operation_id = "get_job", parameters(("id" = "$response.body#/id")))),
+                ("GetLineage" = (operation_id = "get_lineage", parameters(("id" = "$response.body#/id")))),
+            )),
+        (status = 202, description = "The repair made earlier under this key and instruction.", body = JobObject,
+            headers(("Idempotent-Replayed" = String, description = "true"), ("Location" = String))),
+        (status = 400, description = "No Idempotency-Key, or a bad one; malformed JSON.", body = ErrorBody),
+        (status = 401, description = "No valid token or session.", body = ErrorBody),
+        (status = 402, description = "Too few credits: no repair is made.", body = ErrorBody),
+        (status = 403, description = "Only the edit's owner repairs it.", body = ErrorBody),
+        (status = 404, description = "No such job of yours.", body = ErrorBody),
+        (status = 409, description = "REPAIR_LIMIT_REACHED, REPAIRS_STOPPED, or the key was used with another body.", body = ErrorBody),
+        (status = 413, description = "The body is too large.", body = ErrorBody),
+        (status = 415, description = "Not JSON.", body = ErrorBody),
+        (status = 422, description = "The job did not succeed, is not an image edit, or the body has a field but `instruction`.", body = ErrorBody),
+    ),
+    security(("bearer_token" = []), ("session_cookie" = []))
+)]
+async fn submit_repair(
+    State(t): State<Tollgate>,
+    who: Authorized<AnyUser>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    ApiJson(body): ApiJson<Value>,
+) -> Result<Response> {
+    let id = job_id(&id)?;
+    let submission = t
+        .submit_repair(who.user(), id, idempotency_key(&headers)?, &body)
+        .await?;
+    submitted(&t, submission).await
+}
+
+/// One version of a lineage.
+#[derive(Serialize, ToSchema)]
+pub struct LineageVersion {
+    pub job: JobObject,
+    /// The repair's instruction; null for the original.
+    pub instruction: Option<String>,
+}
+
+/// Every version of an edit's lineage, oldest first.
+#[derive(Serialize, ToSchema)]
+pub struct LineageObject {
+    pub root: JobId,
+    /// The version whose output the person has now.
+    pub delivered: JobId,
+    pub repairs_left: u32,
+    pub versions: Vec<LineageVersion>,
+}
+
+/// The lineage of an image edit: the original and its repairs, oldest
+/// first, and which version is delivered.
+#[utoipa::path(
+    get, path = "/jobs/{id}/lineage", tag = "jobs", operation_id = "get_lineage",
+    params(("id" = JobId, Path, description = "Any version of the lineage.")),
+    responses(
+        (status = 200, description = "The lineage.", body = LineageObject),
+        (status = 401, description = "No valid token or session.", body = ErrorBody),
+        (status = 404, description = "No such job of yours.", body = ErrorBody),
+        (status = 422, description = "A video has no lineage.", body = ErrorBody),
+    ),
+    security(("bearer_token" = []), ("session_cookie" = []))
+)]
+async fn get_lineage(
+    State(t): State<Tollgate>,
+    who: Authorized<AnyUser>,
+    Path(id): Path<String>,
+) -> Result<Json<LineageObject>> {
+    let (state, versions) = t.lineage(who.user(), job_id(&id)?).await?;
+    let ids: Vec<_> = versions.iter().map(|j| j.id).collect();
+    let mut by_job: std::collections::HashMap<_, Vec<_>> = std::collections::HashMap::new();
+    for a in t.store().attempts_of(&ids).await? {
+        by_job.entry(a.job_id).or_default().push(a);
+    }
+    Ok(Json(LineageObject {
+        root: state.root,
+        delivered: state.delivered,
+        repairs_left: state.repairs_left(),
+        versions: versions
+            .iter()
+            .map(|j| LineageVersion {
+                job: JobObject::new(
+                    j,
+                    by_job.get(&j.id).map(Vec::as_slice).unwrap_or(&[]),
+                    Some(&state),
+                ),
+                instruction: j.instruction.clone(),
+            })
+            .collect(),
+    }))
 }
 
 /// What a request would cost, by the same `quote()` that charges; charges

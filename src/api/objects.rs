@@ -3,8 +3,9 @@
 //! so the two cannot disagree. Built from the store's rows here, once.
 
 use crate::model::{
-    AssetId, AttemptState, CostSource, Credits, Email, JobId, JobKind, JobRequest, JobStatus,
-    LedgerEntryId, LedgerKind, Purpose, Review, Role, Usd, UserId,
+    AssetId, AttemptState, CompareOutcome, CostSource, Credits, Email, JobId, JobKind, JobRequest,
+    JobStatus, LedgerEntryId, LedgerKind, LineageEffect, LineageState, Purpose, Review, Role, Usd,
+    UserId,
 };
 use crate::store::{Asset, Attempt, BudgetDay, Job, JobEvent, LedgerEntry, User};
 use chrono::{DateTime, Utc};
@@ -195,14 +196,39 @@ impl From<&Value> for JobError {
     }
 }
 
-/// An edit's place among its versions.
+/// An edit's place among its versions (rule 14).
 #[derive(Serialize, ToSchema)]
 pub struct Lineage {
+    /// The original edit of this lineage.
     pub root: JobId,
+    /// The version this repair was made on; null for the original.
     pub parent: Option<JobId>,
+    /// Repairs the lineage still takes (0 once a repair kept the previous version).
     pub repairs_left: u32,
-    pub outcome: Option<String>,
+    /// A repair's comparison with the version the person had; null for the
+    /// original, before the comparison, or when the checker could not run.
+    pub outcome: Option<CompareOutcome>,
+    /// A finished repair that did not improve on the previous version: the
+    /// output is the previous version's, and the candidate is at `candidate_url`.
     pub retained_previous: bool,
+    pub candidate_url: Option<String>,
+}
+
+impl Lineage {
+    fn of(job: &Job, state: &LineageState) -> Lineage {
+        let compare = job.progress.compare.as_ref();
+        let retained = job.is_repair()
+            && job.status == JobStatus::Succeeded
+            && compare.is_none_or(|c| c.effect() != LineageEffect::Deliver);
+        Lineage {
+            root: job.root(),
+            parent: job.repair_of,
+            repairs_left: state.repairs_left(),
+            outcome: compare.and_then(|c| c.outcome),
+            retained_previous: retained,
+            candidate_url: retained.then(|| format!("/v1/jobs/{}/output", job.id)),
+        }
+    }
 }
 
 /// What a job's provider calls cost: `usd` sums only the priced ones;
@@ -257,7 +283,15 @@ pub struct JobObject {
 }
 
 impl JobObject {
-    pub fn new(job: &Job, attempts: &[Attempt]) -> JobObject {
+    /// `lineage` is the shared state of an image edit's lineage (see
+    /// `Tollgate::lineage_state`); `None` for a video.
+    pub fn new(job: &Job, attempts: &[Attempt], lineage: Option<&LineageState>) -> JobObject {
+        let lineage = lineage.map(|state| Lineage::of(job, state));
+        // A repair that kept the previous version delivers that version.
+        let delivered = match (&lineage, &job.progress.compare) {
+            (Some(l), Some(c)) if l.retained_previous => c.against,
+            _ => job.id,
+        };
         JobObject {
             id: job.id,
             kind: job.kind,
@@ -269,20 +303,14 @@ impl JobObject {
             request: job.request.clone(),
             output: match (&job.status, &job.output_content_type) {
                 (JobStatus::Succeeded, Some(ct)) => Some(OutputRef {
-                    url: format!("/v1/jobs/{}/output", job.id),
+                    url: format!("/v1/jobs/{delivered}/output"),
                     content_type: ct.clone(),
                 }),
                 _ => None,
             },
             error: job.error.as_ref().map(JobError::from),
             review: job.review.clone(),
-            lineage: (job.kind == JobKind::ImageEdit).then_some(Lineage {
-                root: job.id,
-                parent: None,
-                repairs_left: 2,
-                outcome: None,
-                retained_previous: false,
-            }),
+            lineage,
             cost: CostSummary::from(attempts),
         }
     }

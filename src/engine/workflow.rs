@@ -6,7 +6,9 @@
 //! settlement and the terminal write, in one unit).
 
 use super::run::Run;
-use crate::model::{JobRequest, Readiness, Review, Step, Verdict};
+use crate::model::{
+    direction, Comparison, JobRequest, LineageEffect, Readiness, Review, Step, Verdict,
+};
 use crate::providers::local;
 use crate::providers::runner::{self, Generated};
 use crate::store::{Finish, NewParked, Op, StoreError, StoreResult};
@@ -52,7 +54,8 @@ async fn on_cpu<T: Send + 'static>(
 }
 
 pub(super) async fn run(run: &mut Run<'_>) -> StoreResult<()> {
-    for step in Step::of(run.job().kind) {
+    let repair = run.job().is_repair();
+    for step in Step::of(run.job().kind, repair) {
         if step.is_done(&run.progress) {
             continue;
         }
@@ -65,6 +68,7 @@ pub(super) async fn run(run: &mut Run<'_>) -> StoreResult<()> {
             Step::Readiness => readiness(run).await?,
             Step::Generate => generate(run).await?,
             Step::Review => review(run).await?,
+            Step::Compare => compare(run).await?,
         };
         match next {
             Next::Continue => {}
@@ -91,10 +95,18 @@ pub(super) async fn run(run: &mut Run<'_>) -> StoreResult<()> {
         .clone()
         .ok_or_else(|| internal("the workflow ended without an output"))?;
     let review = run.progress.review.clone();
+    // A repair's comparison decides its lineage in the same write.
+    let lineage = repair.then(|| {
+        run.progress
+            .compare
+            .as_ref()
+            .map_or(LineageEffect::Keep, Comparison::effect)
+    });
     run.commit(vec![Op::Finish(Finish::Succeeded {
         output_key: output.key,
         content_type: output.content_type,
         review,
+        lineage,
     })])
     .await?;
     Ok(())
@@ -126,6 +138,7 @@ async fn readiness(run: &mut Run<'_>) -> StoreResult<Next> {
             run.record(|p| {
                 p.readiness = Some(Readiness {
                     region_fraction: fraction,
+                    observation: None,
                 })
             });
             run.defer(step_event(
@@ -203,6 +216,73 @@ async fn review(run: &mut Run<'_>) -> StoreResult<Next> {
         json!({"verdict": review.verdict, "notes": review.notes}),
     ));
     run.record(|p| p.review = Some(review));
+    Ok(Next::Continue)
+}
+
+/// A repair only: the candidate against the version the person has now.
+/// A checker that cannot run keeps the previous version without stopping
+/// repairs (outcome `None`): nobody showed either way (rule 14).
+async fn compare(run: &mut Run<'_>) -> StoreResult<Next> {
+    let JobRequest::ImageEdit(edit) = &run.job().request else {
+        return Ok(Next::Continue);
+    };
+    let job = run.job();
+    let against = match run.t.store().lineage(job.root()).await? {
+        Some(l) => l.delivered,
+        None => job.repair_of.unwrap_or(job.root()),
+    };
+    let instruction = job.instruction.clone().unwrap_or_default();
+    let photo = run.t.asset_bytes(Some(edit.source)).await?;
+    let mask = run.t.asset_bytes(edit.target.mask).await?;
+    let previous = run.t.job_output_bytes(against).await?;
+    let key = run.progress.output.as_ref().map(|o| o.key.clone());
+    let candidate = match key {
+        Some(k) => run.t.object_bytes(&k).await?,
+        None => None,
+    };
+    let kind = edit.target.kind;
+    let size = [&photo, &mask, &previous, &candidate]
+        .iter()
+        .map(|b| b.as_ref().map_or(0, Vec::len))
+        .sum();
+    let compared = on_cpu(run.t, size, move || {
+        let photo = local::decode(&photo.ok_or("the photo is gone")?)?;
+        let load = |b: Option<Vec<u8>>, what: &str| -> Result<image::RgbImage, String> {
+            Ok(
+                image::load_from_memory(&b.ok_or(format!("the {what} is gone"))?)
+                    .map_err(|e| format!("cannot decode the {what}: {e}"))?
+                    .to_rgb8(),
+            )
+        };
+        let previous = load(previous, "previous version")?;
+        let candidate = load(candidate, "candidate")?;
+        let region = local::region(&photo, kind, mask.as_deref())?;
+        Ok::<_, String>(local::compare(
+            &photo,
+            &region,
+            &previous,
+            &candidate,
+            direction(&instruction),
+        ))
+    })
+    .await?;
+    let comparison = match compared {
+        Ok((outcome, notes)) => Comparison {
+            outcome: Some(outcome),
+            against,
+            notes,
+        },
+        Err(e) => Comparison {
+            outcome: None,
+            against,
+            notes: format!("The comparison could not run: {e}"),
+        },
+    };
+    run.defer(step_event(
+        Step::Compare,
+        json!({"outcome": comparison.outcome, "against": against, "notes": comparison.notes}),
+    ));
+    run.record(|p| p.compare = Some(comparison));
     Ok(Next::Continue)
 }
 

@@ -165,7 +165,7 @@ pub struct RawVideo {
 pub struct FieldErrors(pub BTreeMap<String, String>);
 
 impl FieldErrors {
-    fn add(&mut self, field: &str, message: impl Into<String>) {
+    pub(crate) fn add(&mut self, field: &str, message: impl Into<String>) {
         self.0
             .entry(field.to_string())
             .or_insert_with(|| message.into());

@@ -9,6 +9,7 @@ mod email;
 mod ids;
 mod job;
 mod ledger;
+mod lineage;
 mod media;
 mod money;
 mod parked;
@@ -35,6 +36,10 @@ pub use job::{
     RawImageEdit, RawTarget, RawVideo, Target, Video,
 };
 pub use ledger::{LedgerKind, UnknownLedgerKind};
+pub use lineage::{
+    direction, parse_repair, CompareOutcome, Comparison, Direction, LineageEffect, LineageState,
+    RepairRefusal, INSTRUCTION_LEN_MAX, REPAIRS_MAX,
+};
 pub use media::{served_content_type, sniff_output};
 pub use money::{Usd, UsdError, USD_SCALE};
 pub use parked::{ParkedStage, ParkedState, RecoveryState, ReviewAction};

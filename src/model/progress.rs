@@ -18,16 +18,21 @@ pub enum Step {
     /// The paid call (its attempts, retries and fallbacks) and the output
     /// stored put-if-absent at the job's key (rule 8).
     Generate,
-    /// The local comparison of output and photo after the call.
+    /// The checker's review of output and photo after the call.
     Review,
+    /// A repair only: the checker compares the candidate with the version
+    /// the person has, which decides the one delivered (rule 14).
+    Compare,
 }
 
 impl Step {
-    /// The steps of each kind, in order: the one place they are listed.
-    pub fn of(kind: super::JobKind) -> &'static [Step] {
-        match kind {
-            super::JobKind::ImageEdit => &[Step::Readiness, Step::Generate, Step::Review],
-            super::JobKind::Video => &[Step::Generate],
+    /// The steps of each kind, in order: the one place they are listed. A
+    /// repair's target was found by its original's readiness check.
+    pub fn of(kind: super::JobKind, repair: bool) -> &'static [Step] {
+        match (kind, repair) {
+            (super::JobKind::ImageEdit, false) => &[Step::Readiness, Step::Generate, Step::Review],
+            (super::JobKind::ImageEdit, true) => &[Step::Generate, Step::Review, Step::Compare],
+            (super::JobKind::Video, _) => &[Step::Generate],
         }
     }
 
@@ -36,6 +41,7 @@ impl Step {
             Step::Readiness => "readiness",
             Step::Generate => "generate",
             Step::Review => "review",
+            Step::Compare => "compare",
         }
     }
 
@@ -45,6 +51,7 @@ impl Step {
             Step::Readiness => progress.readiness.is_some(),
             Step::Generate => progress.output.is_some(),
             Step::Review => progress.review.is_some(),
+            Step::Compare => progress.compare.is_some(),
         }
     }
 }
@@ -58,6 +65,8 @@ pub struct Progress {
     pub output: Option<StoredOutput>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub review: Option<Review>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compare: Option<super::Comparison>,
 }
 
 /// The readiness check found what to change.
@@ -65,6 +74,9 @@ pub struct Progress {
 pub struct Readiness {
     /// How much of the picture the change may touch (0 to 1, three places).
     pub region_fraction: f64,
+    /// What the checker saw, passed to the edit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observation: Option<String>,
 }
 
 /// The output, stored at the job's key.
@@ -105,14 +117,19 @@ mod tests {
     #[test]
     fn steps_per_kind_and_done() {
         assert_eq!(
-            Step::of(JobKind::ImageEdit),
+            Step::of(JobKind::ImageEdit, false),
             &[Step::Readiness, Step::Generate, Step::Review]
         );
-        assert_eq!(Step::of(JobKind::Video), &[Step::Generate]);
+        assert_eq!(
+            Step::of(JobKind::ImageEdit, true),
+            &[Step::Generate, Step::Review, Step::Compare]
+        );
+        assert_eq!(Step::of(JobKind::Video, false), &[Step::Generate]);
         let mut p = Progress::default();
         assert!(!Step::Readiness.is_done(&p));
         p.readiness = Some(Readiness {
             region_fraction: 0.2,
+            observation: None,
         });
         assert!(Step::Readiness.is_done(&p));
         let json = serde_json::to_value(&p).unwrap();

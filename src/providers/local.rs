@@ -47,10 +47,21 @@ fn render_input(input: Input) -> Result<(Vec<u8>, &'static str), String> {
         JobRequest::ImageEdit(edit) => {
             let img = decode(&input.photo.ok_or("the photo is gone")?)?;
             let region = region(&img, edit.target.kind, input.mask.as_deref())?;
-            Ok((
-                encode_png(&render(&img, &region, &edit.style, edit.strength))?,
-                "image/png",
-            ))
+            let out = match (input.instruction.as_deref(), input.previous.as_deref()) {
+                (Some(instruction), Some(previous)) => {
+                    let previous = at_size_of(&img, previous)?;
+                    repair(
+                        &img,
+                        &region,
+                        &edit.style,
+                        edit.strength,
+                        &previous,
+                        crate::model::direction(instruction),
+                    )
+                }
+                _ => render(&img, &region, &edit.style, edit.strength),
+            };
+            Ok((encode_png(&out)?, "image/png"))
         }
         JobRequest::Video(v) => Ok((clip(&v.prompt, v.duration_s, v.resolution)?, "image/gif")),
     }
@@ -483,6 +494,162 @@ pub fn render(photo: &RgbImage, region: &GrayImage, style: &str, strength: Stren
             amount,
         )
     })
+}
+
+/// An image decoded at `like`'s size (a provider may answer at another).
+pub fn at_size_of(like: &RgbImage, bytes: &[u8]) -> Result<RgbImage, String> {
+    let img = image::load_from_memory(bytes)
+        .map_err(|e| format!("cannot decode the previous version: {e}"))?
+        .to_rgb8();
+    Ok(if img.dimensions() == like.dimensions() {
+        img
+    } else {
+        imageops::resize(
+            &img,
+            like.width(),
+            like.height(),
+            imageops::FilterType::Triangle,
+        )
+    })
+}
+
+/// A repair of the version the person has (`previous`), as the local
+/// renderer can follow an instruction: further into the medium when it asks
+/// for more, back toward the photo when it asks for less; anything else it
+/// cannot read, so it renders the edit afresh from the photo.
+pub fn repair(
+    photo: &RgbImage,
+    region: &GrayImage,
+    style: &str,
+    strength: Strength,
+    previous: &RgbImage,
+    direction: crate::model::Direction,
+) -> RgbImage {
+    use crate::model::Direction;
+    let (w, h) = photo.dimensions();
+    match direction {
+        Direction::Other => render(photo, region, style, strength),
+        Direction::Stronger => {
+            let full = render(photo, region, style, Strength::Strong);
+            RgbImage::from_fn(w, h, |x, y| {
+                if region.get_pixel(x, y)[0] == 0 {
+                    return *photo.get_pixel(x, y);
+                }
+                // Half of the way from the version it had to the full medium,
+                // and a little past the full medium's grain.
+                let toward = mix(previous.get_pixel(x, y), full.get_pixel(x, y), 0.6);
+                let sw = swatch(style);
+                mix(&toward, &nearest(&toward, &sw), 0.25)
+            })
+        }
+        Direction::Subtler => RgbImage::from_fn(w, h, |x, y| {
+            let original = *photo.get_pixel(x, y);
+            if region.get_pixel(x, y)[0] == 0 {
+                return original;
+            }
+            mix(previous.get_pixel(x, y), &original, 0.45)
+        }),
+    }
+}
+
+/// Mean colour distance from the photo inside and outside the region.
+fn change(photo: &RgbImage, other: &RgbImage, region: &GrayImage) -> (f64, f64) {
+    let (mut inside, mut n_in, mut outside, mut n_out) = (0f64, 0f64, 0f64, 0f64);
+    for (x, y, p) in photo.enumerate_pixels() {
+        let d = dist(p, other.get_pixel(x, y));
+        if region.get_pixel(x, y)[0] > 0 {
+            inside += d;
+            n_in += 1.0;
+        } else {
+            outside += d;
+            n_out += 1.0;
+        }
+    }
+    (inside / n_in.max(1.0), outside / n_out.max(1.0))
+}
+
+/// The local checker's comparison of a repair's candidate with the version
+/// the person has, measured against the photo: what the instruction asked
+/// for (more or less of the medium inside the selection), and whether the
+/// rest of the photo stayed as intact. An instruction it cannot measure is
+/// judged by what stayed intact alone.
+pub fn compare(
+    photo: &RgbImage,
+    region: &GrayImage,
+    previous: &RgbImage,
+    candidate: &RgbImage,
+    direction: crate::model::Direction,
+) -> (crate::model::CompareOutcome, String) {
+    use crate::model::{CompareOutcome as O, Direction};
+    let fit = |img: &RgbImage| {
+        if img.dimensions() == photo.dimensions() {
+            img.clone()
+        } else {
+            imageops::resize(
+                img,
+                photo.width(),
+                photo.height(),
+                imageops::FilterType::Triangle,
+            )
+        }
+    };
+    let (previous, candidate) = (fit(previous), fit(candidate));
+    let (p_in, p_out) = change(photo, &previous, region);
+    let (c_in, c_out) = change(photo, &candidate, region);
+    let (between, _) = change(&previous, &candidate, region);
+    let measured = format!(
+        "inside the selection the candidate differs from the photo by {c_in:.1} (the version you have: {p_in:.1}); outside by {c_out:.1} ({p_out:.1})"
+    );
+    if c_out > p_out + 1.0 {
+        return (
+            O::Worse,
+            format!("The candidate changed more of the photo outside the selection: {measured}."),
+        );
+    }
+    let moved = c_in - p_in;
+    match direction {
+        Direction::Stronger | Direction::Subtler => {
+            let wanted = if direction == Direction::Stronger {
+                1.0
+            } else {
+                -1.0
+            };
+            if moved * wanted > 2.0 {
+                (
+                    O::Improved,
+                    format!("The candidate went the way the instruction asks: {measured}."),
+                )
+            } else if moved * wanted < -2.0 {
+                (
+                    O::Worse,
+                    format!("The candidate went against the instruction: {measured}."),
+                )
+            } else {
+                (
+                    O::Unchanged,
+                    format!("The candidate is about the same as the version you have: {measured}."),
+                )
+            }
+        }
+        Direction::Other => {
+            if between < 1.0 {
+                (
+                    O::Unchanged,
+                    format!("The candidate is the same as the version you have: {measured}."),
+                )
+            } else if c_out + 1.0 < p_out {
+                (
+                    O::Improved,
+                    format!("The candidate keeps more of the photo intact: {measured}."),
+                )
+            } else {
+                (
+                    O::Unchanged,
+                    format!("No measurable improvement on the version you have: {measured}."),
+                )
+            }
+        }
+    }
 }
 
 /// The check after: did the selection change, and did nothing else?

@@ -151,6 +151,13 @@ pub struct Input {
     pub mask: Option<Vec<u8>>,
     /// What the rate card says this job costs (the job's estimate).
     pub rate_card_usd: Usd,
+    /// A repair: the version the person has now (what is repaired) and
+    /// their instruction. The original `photo` stays the identity and scene
+    /// authority.
+    pub previous: Option<Vec<u8>>,
+    pub instruction: Option<String>,
+    /// What the readiness checker saw, for the edit to use.
+    pub observation: Option<String>,
 }
 
 /// Anything that turns a request into an output for money.

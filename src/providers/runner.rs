@@ -308,11 +308,23 @@ impl Runner<'_, '_> {
             ),
             JobRequest::Video(v) => (self.run.t.asset_bytes(v.source).await?, None),
         };
+        let previous = match job.repair_of {
+            Some(parent) => self.run.t.job_output_bytes(parent).await?,
+            None => None,
+        };
         Ok(Input {
             request: job.request.clone(),
             photo,
             mask,
             rate_card_usd: spec.estimate(&job.request),
+            previous,
+            instruction: job.instruction.clone(),
+            observation: self
+                .run
+                .progress
+                .readiness
+                .as_ref()
+                .and_then(|r| r.observation.clone()),
         })
     }
 

@@ -17,8 +17,8 @@ pub use records::{
     ApiToken, Applied, Asset, Attempt, AttemptFilter, AttemptListed, AttemptOutcome, BudgetChange,
     BudgetChangeKind, BudgetChangeListed, BudgetDay, Claim, Decided, Decision, Exposure, Finish,
     Hold, Job, JobCursor, JobEvent, JobFilter, LedgerEntry, MetricsSnapshot, NewApiToken, NewAsset,
-    NewAttempt, NewDecision, NewJob, NewLedgerEntry, NewParked, NewUser, Op, Parked, ParkedCount,
-    ParkedFilter, ParkedStage, Purpose, Recovery, SpendRow, Submitted, Unit, User,
+    NewAttempt, NewDecision, NewJob, NewLedgerEntry, NewParked, NewRepair, NewUser, Op, Parked,
+    ParkedCount, ParkedFilter, ParkedStage, Purpose, Recovery, SpendRow, Submitted, Unit, User,
 };
 pub use records::{
     ClaimedDelivery, Delivery, DeliveryFilter, DeliveryOutcome, NewWebhookEndpoint,
@@ -41,6 +41,10 @@ pub enum StoreError {
     Conflict(&'static str),
     #[error("insufficient credits")]
     InsufficientCredits,
+    /// The lineage takes no further repair (the conditional update found
+    /// it stopped or at its limit); nothing was written.
+    #[error("the lineage takes no further repair")]
+    RepairRefused(crate::model::RepairRefusal),
     #[error("this run no longer holds the job (its fencing token is stale)")]
     StaleClaim,
     #[error("the ledger is append-only")]
@@ -384,6 +388,24 @@ impl Store {
 
     pub async fn job(&self, id: JobId) -> StoreResult<Option<Job>> {
         dispatch!(self, s => s.job(id).await)
+    }
+
+    /// Rule 14: a repair and its charge in one transaction, taking one of
+    /// its lineage's repairs with a conditional update (racing requests
+    /// cannot pass the limit), or the job already made under the key.
+    /// `RepairRefused` and `InsufficientCredits` leave nothing behind.
+    pub async fn submit_repair(&self, new: &NewRepair) -> StoreResult<Submitted> {
+        dispatch!(self, s => s.submit_repair(new).await)
+    }
+
+    /// A lineage's shared state; `None` before its first repair.
+    pub async fn lineage(&self, root: JobId) -> StoreResult<Option<crate::model::LineageState>> {
+        dispatch!(self, s => s.lineage(root).await)
+    }
+
+    /// Every version of a lineage, the original first, then by creation.
+    pub async fn lineage_versions(&self, root: JobId) -> StoreResult<Vec<Job>> {
+        dispatch!(self, s => s.lineage_versions(root).await)
     }
 
     /// Jobs newest first, filtered, from a cursor.

@@ -114,6 +114,33 @@ pub struct Job {
     pub progress: Progress,
     /// The job a reviewer's `new_attempt` made this one to replace.
     pub replaces: Option<JobId>,
+    /// A repair's lineage (its original) and the version it repairs; both
+    /// `None` for an original.
+    pub lineage_root: Option<JobId>,
+    pub repair_of: Option<JobId>,
+    /// A repair's instruction, as the person wrote it.
+    pub instruction: Option<String>,
+}
+
+impl Job {
+    /// The original of this job's lineage (itself, for an original).
+    pub fn root(&self) -> JobId {
+        self.lineage_root.unwrap_or(self.id)
+    }
+
+    pub fn is_repair(&self) -> bool {
+        self.repair_of.is_some()
+    }
+}
+
+/// A repair to submit: the job (its request the original's, frozen) and
+/// its lineage. The version it repairs is the lineage's delivered one,
+/// read in the submitting transaction.
+#[derive(Clone, Debug)]
+pub struct NewRepair {
+    pub job: NewJob,
+    pub root: JobId,
+    pub instruction: String,
 }
 
 #[derive(Clone, Debug)]
@@ -247,6 +274,8 @@ pub enum Finish {
         output_key: String,
         content_type: String,
         review: Option<Review>,
+        /// A repair's effect on its lineage, from its comparison.
+        lineage: Option<crate::model::LineageEffect>,
     },
     /// `{"code", "message", ...}`: the job fails and is refunded (rule 3).
     Failed(serde_json::Value),

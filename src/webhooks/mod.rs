@@ -28,11 +28,17 @@ pub const REPLAY_MAX: i64 = 1000;
 
 /// The envelope a delivery sends, fixed when the state change is stored:
 /// `{"type", "timestamp", "data": <job object>}`.
-pub fn envelope(event: WebhookEvent, job: &Job, attempts: &[Attempt], at: DateTime<Utc>) -> String {
+pub fn envelope(
+    event: WebhookEvent,
+    job: &Job,
+    attempts: &[Attempt],
+    lineage: Option<&crate::model::LineageState>,
+    at: DateTime<Utc>,
+) -> String {
     serde_json::json!({
         "type": event.as_str(),
         "timestamp": at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
-        "data": JobObject::new(job, attempts),
+        "data": JobObject::new(job, attempts, lineage),
     })
     .to_string()
 }

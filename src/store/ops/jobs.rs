@@ -294,8 +294,9 @@ pub(super) async fn refund_in(conn: &mut Conn, job: JobId, at: DateTime<Utc>) ->
         .bind(job.0)
         .bind(Json(serde_json::json!({})))
         .bind(at)
-        .execute(conn)
+        .execute(&mut *conn)
         .await?;
+        super::lineage::free_repair_in(conn, job, at).await?;
     }
     Ok(refunded)
 }

@@ -9,6 +9,7 @@
 mod accounts;
 mod claims;
 mod jobs;
+mod lineage;
 mod parked;
 mod reads;
 mod spend;
@@ -54,7 +55,7 @@ const ASSET_COLUMNS: &str =
     "id, user_id, sha256, content_type, width, height, bytes, object_key, created_at";
 const JOB_COLUMNS: &str = "id, user_id, kind, status, request, request_sha256, idempotency_key, \
      credits, estimated_usd, error, created_at, completed_at, output_content_type, review, progress, \
-     replaces";
+     replaces, lineage_root, repair_of, instruction";
 const ATTEMPT_COLUMNS: &str = "id, job_id, purpose, provider, endpoint, model, attempt_no, state, \
      idempotency_key, provider_job_id, error_class, error, duration_ms, usage, cost_usd, cost_source, \
      hold_usd, budget_day, settled_usd, started_at, finished_at";
@@ -159,6 +160,13 @@ fn job_from_row(row: &Row) -> StoreResult<Job> {
         review: review.map(|r| r.0),
         progress: progress.map(|p| p.0).unwrap_or_default(),
         replaces: row.try_get::<Option<uuid::Uuid>, _>("replaces")?.map(JobId),
+        lineage_root: row
+            .try_get::<Option<uuid::Uuid>, _>("lineage_root")?
+            .map(JobId),
+        repair_of: row
+            .try_get::<Option<uuid::Uuid>, _>("repair_of")?
+            .map(JobId),
+        instruction: row.try_get("instruction")?,
     })
 }
 

@@ -412,17 +412,19 @@ async fn end_job(
     let progress = progress.map(Json);
     let row = match op {
         Op::Finish(finish) => {
-            let (status, error, output) = match finish {
+            let (status, error, output, lineage) = match finish {
                 Finish::Succeeded {
                     output_key,
                     content_type,
                     review,
+                    lineage,
                 } => (
                     "succeeded",
                     None,
                     Some((output_key, content_type, review.as_ref().map(Json))),
+                    *lineage,
                 ),
-                Finish::Failed(e) => ("failed", Some(Json(e)), None),
+                Finish::Failed(e) => ("failed", Some(Json(e)), None, None),
             };
             let sql = format!(
                 "UPDATE jobs SET status = $3, error = $4, completed_at = $5, lease_owner = NULL, \
@@ -446,8 +448,13 @@ async fn end_job(
                 return Ok(None);
             };
             if status == "failed" {
-                *statements += 1;
+                *statements += 2;
                 super::jobs::refund_in(conn, job, Utc::now()).await?;
+            }
+            if let Some(effect) = lineage {
+                let ended = job_from_row(&row)?;
+                *statements +=
+                    super::lineage::end_repair_in(conn, &ended, effect, Utc::now()).await?;
             }
             row
         }

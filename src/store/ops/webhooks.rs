@@ -109,7 +109,8 @@ pub(super) async fn write_outbox(
         .iter()
         .map(attempt_from_row)
         .collect::<StoreResult<Vec<_>>>()?;
-    let body = crate::webhooks::envelope(event, job, &attempts, at);
+    let lineage = super::lineage::lineage_in(conn, job).await?;
+    let body = crate::webhooks::envelope(event, job, &attempts, lineage.as_ref(), at);
     let webhook_id = format!("{}:{}", job.id, event.as_str());
     let mut targets: Vec<(String, Option<uuid::Uuid>, String)> = endpoints
         .into_iter()

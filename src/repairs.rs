@@ -1,0 +1,115 @@
+//! Repairs (rule 14), as a person asks for them: a new instruction on a
+//! succeeded edit, the settings frozen, charged like its parent and
+//! refunded if it fails, at most two per lineage, made on the version the
+//! person has now; and the lineage they can follow.
+
+use crate::error::{Error, Result};
+use crate::jobs::{check_idempotency_key, Submission};
+use crate::model::{parse_repair, quote, JobId, JobKind, JobStatus, LineageState};
+use crate::store::{Job, NewJob, NewRepair, StoreError, Submitted, User};
+use crate::Tollgate;
+use chrono::Utc;
+use sha2::{Digest, Sha256};
+
+impl Tollgate {
+    /// Submits a repair of the lineage `of` belongs to. Replays under the
+    /// same key return the first repair, even once the lineage is full.
+    pub async fn submit_repair(
+        &self,
+        user: &User,
+        of: JobId,
+        key: Option<&str>,
+        body: &serde_json::Value,
+    ) -> Result<Submission> {
+        let key = check_idempotency_key(key)?;
+        let job = self.visible_job(user, of).await?;
+        if job.user_id != user.id {
+            // Reviewers and admins see the job; only its owner repairs it.
+            return Err(Error::Forbidden);
+        }
+        let instruction = parse_repair(body).map_err(|e| Error::Invalid {
+            message: e.summary(),
+            fields: e.0,
+        })?;
+        if job.kind != JobKind::ImageEdit {
+            return Err(Error::invalid("job", "only image edits can be repaired"));
+        }
+        if job.status != JobStatus::Succeeded {
+            return Err(Error::invalid(
+                "job",
+                format!(
+                    "only an edit that succeeded can be repaired; this one is {}",
+                    job.status.as_str()
+                ),
+            ));
+        }
+        // The key is bound to the job named and the instruction.
+        let hash: String = Sha256::digest(
+            serde_json::json!({"repair_of": of, "instruction": instruction})
+                .to_string()
+                .as_bytes(),
+        )
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+        // Charged like its parent: the same request priced the same way.
+        let q = quote(self.catalogue(), &job.request);
+        let new = NewRepair {
+            job: NewJob {
+                id: JobId::new(),
+                user_id: user.id,
+                request: job.request.clone(),
+                request_sha256: hash.clone(),
+                idempotency_key: key.to_string(),
+                credits: q.credits,
+                estimated_usd: q.estimated_usd,
+                created_at: Utc::now(),
+            },
+            root: job.root(),
+            instruction,
+        };
+        match self.store().submit_repair(&new).await {
+            Ok(Submitted::Created(job)) => {
+                self.doorbell().notify_one();
+                Ok(Submission { job, created: true })
+            }
+            Ok(Submitted::Existing(job)) if job.request_sha256 == hash => Ok(Submission {
+                job,
+                created: false,
+            }),
+            Ok(Submitted::Existing(_)) => Err(Error::Conflict {
+                code: "IDEMPOTENCY_CONFLICT",
+                message: "this Idempotency-Key was used with a different request; use a new key for a new repair".into(),
+            }),
+            Err(StoreError::InsufficientCredits) => Err(Error::InsufficientCredits),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The shared state of an image edit's lineage (a fresh one before its
+    /// first repair); `None` for a video, which has no lineage.
+    pub async fn lineage_state(&self, job: &Job) -> Result<Option<LineageState>> {
+        if job.kind != JobKind::ImageEdit {
+            return Ok(None);
+        }
+        let root = job.root();
+        Ok(Some(
+            self.store()
+                .lineage(root)
+                .await?
+                .unwrap_or_else(|| LineageState::fresh(root)),
+        ))
+    }
+
+    /// Every version of the lineage `id` belongs to, the original first,
+    /// and the lineage's state.
+    pub async fn lineage(&self, viewer: &User, id: JobId) -> Result<(LineageState, Vec<Job>)> {
+        let job = self.visible_job(viewer, id).await?;
+        let state = self
+            .lineage_state(&job)
+            .await?
+            .ok_or_else(|| Error::invalid("job", "a video has no lineage"))?;
+        let versions = self.store().lineage_versions(state.root).await?;
+        Ok((state, versions))
+    }
+}

@@ -1,0 +1,512 @@
+//! Repairs and lineages (rule 14) through the API, on both backends: a
+//! repair that improves is delivered; one that does not keeps the previous
+//! version readable and stops the lineage; two per lineage even when ten
+//! race; settings frozen; replays; who may repair what; a cancelled repair
+//! refunded with its slot given back.
+
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Barrier;
+use tollgate::both_backends;
+use tollgate::model::{Credits, Role};
+use tollgate::store::User;
+use tollgate::testkit::TestDb;
+
+const PASSWORD: &str = "correct horse battery";
+
+struct Api {
+    base: String,
+    http: reqwest::Client,
+    db: TestDb,
+}
+
+async fn api(db: TestDb) -> Api {
+    let base = db.serve_api().await;
+    Api {
+        base,
+        http: reqwest::Client::new(),
+        db,
+    }
+}
+
+impl Api {
+    async fn person(&self, email: &str, role: Role, credits: i64) -> (User, String) {
+        let t = &self.db.tollgate;
+        let u = t.add_user(email, role, PASSWORD).await.unwrap();
+        if credits > 0 {
+            t.grant_credits(None, u.id, Credits(credits), None, None)
+                .await
+                .unwrap();
+        }
+        let token = t.create_api_token(&u, "test").await.unwrap().1;
+        (u, token)
+    }
+
+    async fn post(
+        &self,
+        token: &str,
+        path: &str,
+        key: Option<&str>,
+        body: &Value,
+    ) -> (StatusCode, Value) {
+        let mut r = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .bearer_auth(token)
+            .json(body);
+        if let Some(k) = key {
+            r = r.header("idempotency-key", k);
+        }
+        let r = r.send().await.unwrap();
+        let status = r.status();
+        (status, r.json().await.unwrap_or(Value::Null))
+    }
+
+    async fn get(&self, token: &str, path: &str) -> (StatusCode, Value) {
+        let r = self
+            .http
+            .get(format!("{}{path}", self.base))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap();
+        let status = r.status();
+        (status, r.json().await.unwrap_or(Value::Null))
+    }
+
+    async fn bytes(&self, token: &str, path: &str) -> (StatusCode, Vec<u8>) {
+        let r = self
+            .http
+            .get(format!("{}{path}", self.base))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap();
+        (r.status(), r.bytes().await.unwrap().to_vec())
+    }
+
+    /// An edit of a photo of a dog, ordered through the API.
+    async fn order(&self, u: &User, token: &str, key: &str) -> Value {
+        let source = self
+            .db
+            .tollgate
+            .upload_asset(
+                u,
+                Some("image/png"),
+                tollgate::testkit::photo_of_a_dog(160, 120).into(),
+            )
+            .await
+            .unwrap();
+        let body = json!({"kind": "image_edit", "source": source.id,
+            "target": {"kind": "pet", "description": "the dog"},
+            "style": "cross_stitch", "strength": "balanced"});
+        let (s, job) = self.post(token, "/v1/jobs", Some(key), &body).await;
+        assert_eq!(s, StatusCode::CREATED, "{job}");
+        job
+    }
+
+    /// Waits (bounded) until the job is terminal, and reads it.
+    async fn settled(&self, token: &str, id: &str) -> Value {
+        for _ in 0..300 {
+            let (_, j) = self.get(token, &format!("/v1/jobs/{id}")).await;
+            if ["succeeded", "failed", "cancelled"].contains(&j["status"].as_str().unwrap_or("")) {
+                return j;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("job {id} did not finish in 30 s");
+    }
+
+    async fn balance(&self, u: &User) -> i64 {
+        let t = &self.db.tollgate;
+        let b = t.user(u.id).await.unwrap().balance;
+        assert_eq!(t.store().ledger_sum(u.id).await.unwrap(), b);
+        b.get()
+    }
+
+    /// An edit, run to success.
+    async fn delivered_edit(&self, u: &User, token: &str) -> Value {
+        let job = self.order(u, token, "original").await;
+        let engine = tollgate::engine::start(self.db.tollgate.clone(), 1);
+        let job = self.settled(token, job["id"].as_str().unwrap()).await;
+        engine.shutdown().await;
+        assert_eq!(job["status"], "succeeded", "{job}");
+        job
+    }
+}
+
+fn repairs_of(id: &Value) -> String {
+    format!("/v1/jobs/{}/repairs", id.as_str().unwrap())
+}
+
+both_backends!(
+    a_repair_that_improves_is_delivered,
+    a_repair_that_changes_nothing_keeps_the_previous_and_stops,
+    racing_repairs_take_two_and_no_more,
+    repairs_keep_their_settings_and_replay,
+    only_the_owner_repairs_an_edit_that_succeeded,
+    a_cancelled_repair_is_refunded_and_gives_its_slot_back,
+);
+
+async fn a_repair_that_improves_is_delivered(db: TestDb) {
+    let a = api(db).await;
+    let (u, token) = a.person("owner@example.com", Role::User, 20).await;
+    let original = a.delivered_edit(&u, &token).await;
+    assert_eq!(original["lineage"]["repairs_left"], 2);
+    assert_eq!(original["lineage"]["parent"], Value::Null);
+    let before = a.balance(&u).await;
+    let (s, repair) = a
+        .post(
+            &token,
+            &repairs_of(&original["id"]),
+            Some("r1"),
+            &json!({"instruction": "make the stitches bolder"}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{repair}");
+    // Charged like its parent.
+    assert_eq!(repair["credits"], original["credits"]);
+    assert_eq!(
+        a.balance(&u).await,
+        before - original["credits"].as_i64().unwrap()
+    );
+    assert_eq!(repair["lineage"]["root"], original["id"]);
+    assert_eq!(repair["lineage"]["parent"], original["id"]);
+    assert_eq!(repair["lineage"]["repairs_left"], 1);
+    assert_eq!(repair["request"], original["request"]);
+
+    let engine = tollgate::engine::start(a.db.tollgate.clone(), 1);
+    let done = a.settled(&token, repair["id"].as_str().unwrap()).await;
+    engine.shutdown().await;
+    assert_eq!(done["status"], "succeeded", "{done}");
+    assert_eq!(done["lineage"]["outcome"], "improved", "{done}");
+    assert_eq!(done["lineage"]["retained_previous"], false);
+    assert_eq!(done["lineage"]["candidate_url"], Value::Null);
+    let own = format!("/v1/jobs/{}/output", done["id"].as_str().unwrap());
+    assert_eq!(done["output"]["url"], own.as_str());
+
+    let (s, lineage) = a
+        .get(
+            &token,
+            &format!("/v1/jobs/{}/lineage", original["id"].as_str().unwrap()),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(lineage["root"], original["id"]);
+    assert_eq!(lineage["delivered"], done["id"]);
+    assert_eq!(lineage["repairs_left"], 1);
+    let versions = lineage["versions"].as_array().unwrap();
+    assert_eq!(versions.len(), 2);
+    assert_eq!(versions[0]["job"]["id"], original["id"]);
+    assert_eq!(versions[0]["instruction"], Value::Null);
+    assert_eq!(versions[1]["instruction"], "make the stitches bolder");
+    // The same lineage from any version.
+    let (_, again) = a
+        .get(
+            &token,
+            &format!("/v1/jobs/{}/lineage", done["id"].as_str().unwrap()),
+        )
+        .await;
+    assert_eq!(again["delivered"], lineage["delivered"]);
+
+    // The next repair is made on the delivered version.
+    let (s, next) = a
+        .post(
+            &token,
+            &repairs_of(&original["id"]),
+            Some("r2"),
+            &json!({"instruction": "bolder still"}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{next}");
+    assert_eq!(next["lineage"]["parent"], done["id"]);
+    assert_eq!(next["lineage"]["repairs_left"], 0);
+    // The timeline says what the comparison found.
+    let (_, events) = a
+        .get(
+            &token,
+            &format!("/v1/jobs/{}/events", done["id"].as_str().unwrap()),
+        )
+        .await;
+    assert!(
+        events["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["detail"]["step"] == "compare" && e["detail"]["outcome"] == "improved"),
+        "{events}"
+    );
+}
+
+async fn a_repair_that_changes_nothing_keeps_the_previous_and_stops(db: TestDb) {
+    let a = api(db).await;
+    let (u, token) = a.person("owner@example.com", Role::User, 20).await;
+    let original = a.delivered_edit(&u, &token).await;
+    let (s, repair) = a
+        .post(
+            &token,
+            &repairs_of(&original["id"]),
+            Some("r1"),
+            &json!({"instruction": "keep the leash photographic"}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{repair}");
+    let engine = tollgate::engine::start(a.db.tollgate.clone(), 1);
+    let done = a.settled(&token, repair["id"].as_str().unwrap()).await;
+    engine.shutdown().await;
+    assert_eq!(done["status"], "succeeded", "{done}");
+    assert_eq!(done["lineage"]["outcome"], "unchanged", "{done}");
+    assert_eq!(done["lineage"]["retained_previous"], true);
+    assert_eq!(done["lineage"]["repairs_left"], 0);
+    // The person keeps the version they had; the candidate stays readable.
+    let previous = format!("/v1/jobs/{}/output", original["id"].as_str().unwrap());
+    assert_eq!(done["output"]["url"], previous.as_str());
+    let candidate = done["lineage"]["candidate_url"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        candidate,
+        format!("/v1/jobs/{}/output", done["id"].as_str().unwrap())
+    );
+    let (s, bytes) = a.bytes(&token, &candidate).await;
+    assert_eq!(s, StatusCode::OK);
+    assert!(!bytes.is_empty());
+    let (_, lineage) = a
+        .get(
+            &token,
+            &format!("/v1/jobs/{}/lineage", done["id"].as_str().unwrap()),
+        )
+        .await;
+    assert_eq!(lineage["delivered"], original["id"]);
+    // Repairs stopped on this lineage, whichever version is named.
+    let before = a.balance(&u).await;
+    for of in [&original["id"], &done["id"]] {
+        let (s, e) = a
+            .post(
+                &token,
+                &repairs_of(of),
+                Some("r2"),
+                &json!({"instruction": "try again"}),
+            )
+            .await;
+        assert_eq!(s, StatusCode::CONFLICT, "{e}");
+        assert_eq!(e["error"]["code"], "REPAIRS_STOPPED");
+    }
+    assert_eq!(a.balance(&u).await, before);
+    // A replay of the first repair still answers it.
+    let (s, replay) = a
+        .post(
+            &token,
+            &repairs_of(&original["id"]),
+            Some("r1"),
+            &json!({"instruction": "keep the leash photographic"}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::ACCEPTED, "{replay}");
+    assert_eq!(replay["id"], done["id"]);
+}
+
+async fn racing_repairs_take_two_and_no_more(db: TestDb) {
+    let a = Arc::new(api(db).await);
+    let (u, token) = a.person("owner@example.com", Role::User, 100).await;
+    let original = a.delivered_edit(&u, &token).await;
+    let before = a.balance(&u).await;
+    let barrier = Arc::new(Barrier::new(10));
+    let mut tasks = Vec::new();
+    for i in 0..10 {
+        let (a, token, barrier) = (a.clone(), token.clone(), barrier.clone());
+        let path = repairs_of(&original["id"]);
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            a.post(
+                &token,
+                &path,
+                Some(&format!("race-{i}")),
+                &json!({"instruction": format!("bolder, take {i}")}),
+            )
+            .await
+        }));
+    }
+    let mut created = 0;
+    for t in tasks {
+        let (s, body) = t.await.unwrap();
+        match s {
+            StatusCode::CREATED => created += 1,
+            StatusCode::CONFLICT => assert_eq!(body["error"]["code"], "REPAIR_LIMIT_REACHED"),
+            other => panic!("unexpected {other}: {body}"),
+        }
+    }
+    assert_eq!(created, 2);
+    let root: tollgate::model::JobId = original["id"].as_str().unwrap().parse().unwrap();
+    let versions = a.db.store().lineage_versions(root).await.unwrap();
+    assert_eq!(versions.len(), 3);
+    let credits = original["credits"].as_i64().unwrap();
+    assert_eq!(a.balance(&u).await, before - 2 * credits);
+    let state = a.db.store().lineage(root).await.unwrap().unwrap();
+    assert_eq!(state.repairs_used, 2);
+}
+
+async fn repairs_keep_their_settings_and_replay(db: TestDb) {
+    let a = api(db).await;
+    let (u, token) = a.person("owner@example.com", Role::User, 20).await;
+    let original = a.delivered_edit(&u, &token).await;
+    let path = repairs_of(&original["id"]);
+    let before = a.balance(&u).await;
+    for (body, field) in [
+        (json!({"instruction": "bolder", "style": "quilt"}), "style"),
+        (
+            json!({"instruction": "bolder", "strength": "strong"}),
+            "strength",
+        ),
+        (json!({"instruction": ""}), "instruction"),
+        (json!({"instruction": "x".repeat(501)}), "instruction"),
+        (json!({"instruction": 7}), "instruction"),
+        (json!({}), "instruction"),
+    ] {
+        let (s, e) = a.post(&token, &path, Some("bad"), &body).await;
+        assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{body}: {e}");
+        assert_eq!(e["error"]["code"], "INVALID_REQUEST");
+        assert!(e["error"]["details"]["fields"][field].is_string(), "{e}");
+    }
+    let (s, e) = a
+        .post(&token, &path, None, &json!({"instruction": "bolder"}))
+        .await;
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+    assert_eq!(e["error"]["code"], "IDEMPOTENCY_KEY_REQUIRED");
+    assert_eq!(a.balance(&u).await, before, "nothing was charged");
+
+    let body = json!({"instruction": "bolder"});
+    let (s, first) = a.post(&token, &path, Some("k"), &body).await;
+    assert_eq!(s, StatusCode::CREATED, "{first}");
+    let (s, replay) = a.post(&token, &path, Some("k"), &body).await;
+    assert_eq!(s, StatusCode::ACCEPTED);
+    assert_eq!(replay["id"], first["id"]);
+    let (s, e) = a
+        .post(&token, &path, Some("k"), &json!({"instruction": "subtler"}))
+        .await;
+    assert_eq!(s, StatusCode::CONFLICT);
+    assert_eq!(e["error"]["code"], "IDEMPOTENCY_CONFLICT");
+    // The original's key for another repair is a conflict too.
+    let (s, _) = a.post(&token, &path, Some("original"), &body).await;
+    assert_eq!(s, StatusCode::CONFLICT);
+    assert_eq!(
+        a.balance(&u).await,
+        before - original["credits"].as_i64().unwrap(),
+        "one repair charged once"
+    );
+}
+
+async fn only_the_owner_repairs_an_edit_that_succeeded(db: TestDb) {
+    let a = api(db).await;
+    let (u, token) = a.person("owner@example.com", Role::User, 20).await;
+    let (_, stranger) = a.person("stranger@example.com", Role::User, 20).await;
+    let (_, reviewer) = a.person("reviewer@example.com", Role::Reviewer, 0).await;
+    let original = a.delivered_edit(&u, &token).await;
+    let body = json!({"instruction": "bolder"});
+    let (s, e) = a
+        .post(&stranger, &repairs_of(&original["id"]), Some("s"), &body)
+        .await;
+    assert_eq!(s, StatusCode::NOT_FOUND, "{e}");
+    let (s, _) = a
+        .get(
+            &stranger,
+            &format!("/v1/jobs/{}/lineage", original["id"].as_str().unwrap()),
+        )
+        .await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    let (s, e) = a
+        .post(&reviewer, &repairs_of(&original["id"]), Some("s"), &body)
+        .await;
+    assert_eq!(s, StatusCode::FORBIDDEN, "{e}");
+    let (s, _) = a
+        .post(&token, "/v1/jobs/not-a-uuid/repairs", Some("s"), &body)
+        .await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    // A job still queued, and one cancelled, cannot be repaired.
+    let queued = a.order(&u, &token, "second").await;
+    let (s, e) = a
+        .post(&token, &repairs_of(&queued["id"]), Some("q"), &body)
+        .await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{e}");
+    let (s, _) = a
+        .post(
+            &token,
+            &format!("/v1/jobs/{}/cancel", queued["id"].as_str().unwrap()),
+            None,
+            &json!({}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    let (s, e) = a
+        .post(&token, &repairs_of(&queued["id"]), Some("c"), &body)
+        .await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{e}");
+    assert!(e["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("cancelled"));
+}
+
+async fn a_cancelled_repair_is_refunded_and_gives_its_slot_back(db: TestDb) {
+    let a = api(db).await;
+    let (u, token) = a.person("owner@example.com", Role::User, 20).await;
+    let original = a.delivered_edit(&u, &token).await;
+    let path = repairs_of(&original["id"]);
+    let before = a.balance(&u).await;
+    let (_, r1) = a
+        .post(&token, &path, Some("r1"), &json!({"instruction": "bolder"}))
+        .await;
+    let (_, r2) = a
+        .post(
+            &token,
+            &path,
+            Some("r2"),
+            &json!({"instruction": "subtler"}),
+        )
+        .await;
+    let (s, e) = a
+        .post(&token, &path, Some("r3"), &json!({"instruction": "again"}))
+        .await;
+    assert_eq!(
+        (s, e["error"]["code"].clone()),
+        (StatusCode::CONFLICT, json!("REPAIR_LIMIT_REACHED"))
+    );
+    let (s, cancelled) = a
+        .post(
+            &token,
+            &format!("/v1/jobs/{}/cancel", r2["id"].as_str().unwrap()),
+            None,
+            &json!({}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(cancelled["status"], "cancelled");
+    assert_eq!(cancelled["lineage"]["repairs_left"], 1);
+    let credits = original["credits"].as_i64().unwrap();
+    assert_eq!(
+        a.balance(&u).await,
+        before - credits,
+        "the cancelled repair is refunded"
+    );
+    // A second cancel refunds nothing and frees nothing more.
+    a.post(
+        &token,
+        &format!("/v1/jobs/{}/cancel", r2["id"].as_str().unwrap()),
+        None,
+        &json!({}),
+    )
+    .await;
+    let (s, r3) = a
+        .post(&token, &path, Some("r3b"), &json!({"instruction": "again"}))
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{r3}");
+    let (s, _) = a
+        .post(&token, &path, Some("r4"), &json!({"instruction": "more"}))
+        .await;
+    assert_eq!(s, StatusCode::CONFLICT);
+    assert_eq!(a.balance(&u).await, before - 2 * credits);
+    assert_ne!(r1["id"], r3["id"]);
+}
