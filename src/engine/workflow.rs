@@ -129,22 +129,29 @@ async fn readiness(run: &mut Run<'_>) -> StoreResult<Next> {
     let checked = on_cpu(run.t, size, move || {
         let img = local::decode(&photo)?;
         let region = local::region(&img, kind, mask.as_deref())?;
-        Ok::<_, String>(local::readiness(kind, &description, &region))
+        Ok::<_, String>(local::readiness(
+            kind,
+            &description,
+            &img,
+            &region,
+            mask.is_some(),
+        ))
     })
     .await?;
     Ok(match checked {
-        Ok(Ok(fraction)) => {
-            let fraction = (fraction * 1000.0).round() / 1000.0;
+        Ok(Ok(ready)) => {
+            let fraction = (ready.fraction * 1000.0).round() / 1000.0;
+            let observation = ready.observation;
+            run.defer(step_event(
+                Step::Readiness,
+                json!({"region_fraction": fraction, "observation": observation}),
+            ));
             run.record(|p| {
                 p.readiness = Some(Readiness {
                     region_fraction: fraction,
-                    observation: None,
+                    observation: Some(observation),
                 })
             });
-            run.defer(step_event(
-                Step::Readiness,
-                json!({"region_fraction": fraction}),
-            ));
             Next::Continue
         }
         Ok(Err(not_ready)) => Next::Fail(json!({

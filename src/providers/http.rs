@@ -109,6 +109,13 @@ fn input_json(input: &Input) -> Value {
             "target": {"kind": e.target.kind.as_str(), "description": e.target.description},
             "style": e.style,
             "strength": e.strength.as_str(),
+            // What the readiness check saw, and a repair's version and
+            // instruction: labelled data, never instructions to follow blindly.
+            "observation": input.observation,
+            "repair": input.instruction.as_ref().map(|i| json!({
+                "instruction": i,
+                "current_version": input.previous.as_deref().map(data_uri),
+            })),
         }),
         JobRequest::Video(v) => json!({
             "task": "video",

@@ -262,13 +262,38 @@ pub fn fraction(region: &GrayImage) -> f64 {
     inside as f64 / (region.width() as f64 * region.height() as f64).max(1.0)
 }
 
-/// The cheap check before the expensive edit: is there something to change,
-/// and is it clear what?
+/// What the readiness check saw when the edit can go ahead.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ready {
+    /// How much of the photo the change may touch (0 to 1).
+    pub fraction: f64,
+    /// What it saw, in words, for the edit and the person.
+    pub observation: String,
+}
+
+fn percent(f: f64) -> String {
+    let p = f * 100.0;
+    if p < 1.0 {
+        "under 1%".into()
+    } else {
+        format!("{p:.0}%")
+    }
+}
+
+/// The cheap check before the expensive edit: is the target there, and is
+/// it clear which it is? Measured, not guessed: the shapes that stand apart
+/// from the background (`survey`), their sizes and places, and skin tones
+/// for a person. It cannot tell a dog from a cat; it can tell that nothing
+/// stands out, that several things do, that a "pet" is a person's face, or
+/// that a painted area is empty or everything. Its questions name what it
+/// saw.
 pub fn readiness(
     target: TargetKind,
     description: &str,
+    photo: &RgbImage,
     region: &GrayImage,
-) -> Result<f64, NotReady> {
+    mask_given: bool,
+) -> Result<Ready, NotReady> {
     let f = fraction(region);
     let what = match target {
         TargetKind::Pet => "pet",
@@ -276,27 +301,70 @@ pub fn readiness(
         TargetKind::Background => "background",
         TargetKind::Area => "painted area",
     };
-    if f < 0.005 {
-        let mut questions = vec![format!("Where in the photo is the {what}?")];
-        if target != TargetKind::Area {
-            questions.push("Could you paint the area instead (choose “An area I paint”)?".into());
-        } else {
-            questions.push("Could you paint over the part you want changed?".into());
+    let subject = if description.trim().is_empty() {
+        format!("the {what}")
+    } else {
+        format!("“{}”", description.trim())
+    };
+    let paint =
+        "Could you paint the part to change instead (choose “An area I paint”)?".to_string();
+    if target == TargetKind::Area {
+        if f < 0.005 {
+            return Err(NotReady {
+                message: format!(
+                    "The painted area is empty ({} of the photo): there is nothing marked to change.",
+                    percent(f)
+                ),
+                questions: vec![
+                    "Could you paint over the part you want changed?".into(),
+                    "Did the brush strokes get lost? Try a larger brush.".into(),
+                ],
+            });
         }
-        return Err(NotReady {
-            message: format!("I could not find the {what} in this photo."),
-            questions,
+        if f > 0.95 {
+            return Err(NotReady {
+                message: format!(
+                    "The painted area covers nearly the whole photo ({}); I cannot tell what should stay as it is.",
+                    percent(f)
+                ),
+                questions: vec![
+                    "Which part should change? Paint only that part.".into(),
+                    "Should the whole photo change? Then choose a style for the background or the subject instead.".into(),
+                ],
+            });
+        }
+        return Ok(Ready {
+            fraction: f,
+            observation: format!("The painted area covers {} of the photo.", percent(f)),
         });
     }
-    if f > 0.95 && target != TargetKind::Background {
-        let subject = if description.trim().is_empty() {
-            format!("the {what}")
-        } else {
-            description.trim().to_string()
-        };
+    let survey = survey(photo).map_err(|e| NotReady {
+        message: format!("I could not measure this photo: {e}"),
+        questions: vec![paint.clone()],
+    })?;
+    let shapes = &survey.shapes;
+    let described = |s: &Shape| format!("{} ({} of the photo)", s.position(), percent(s.fraction));
+    let Some(largest) = shapes.first() else {
+        if target == TargetKind::Background {
+            return Err(NotReady {
+                message: "Nothing in this photo stands apart from the rest (it looks like one surface all over), so there is no subject to keep and no background to change.".into(),
+                questions: vec![
+                    "Should the whole photo change? Then paint all of it (choose “An area I paint”).".into(),
+                    "Is this the photo you meant to upload?".into(),
+                ],
+            });
+        }
         return Err(NotReady {
             message: format!(
-                "Almost the whole photo looks like {subject}; I cannot tell what to change."
+                "I could not find {subject}: nothing in this photo stands apart from its background (it looks like one surface all over)."
+            ),
+            questions: vec![format!("Where in the photo is {subject}?"), paint],
+        });
+    };
+    if f > 0.95 && target != TargetKind::Background {
+        return Err(NotReady {
+            message: format!(
+                "Almost the whole photo stands out from its edges; I cannot tell which part is {subject}."
             ),
             questions: vec![
                 format!("Which part of the photo is {subject}?"),
@@ -304,7 +372,128 @@ pub fn readiness(
             ],
         });
     }
-    Ok(f)
+    // A face: a shape that is mostly skin. Above a larger shape (a head over
+    // a body) it is a person's; alone it may as well be a brown animal.
+    let face = shapes.iter().find(|s| s.skin >= 0.6);
+    let head_over_body = face.filter(|f| {
+        shapes
+            .iter()
+            .any(|b| b.fraction > f.fraction && b.centre.1 > f.centre.1 + 0.1)
+    });
+    match target {
+        TargetKind::Person if face.is_none() => {
+            return Err(NotReady {
+                message: format!(
+                    "I found {} shape{} standing out, the largest {}, but none with the colours of skin, so I do not think there is a person to change.",
+                    shapes.len(),
+                    if shapes.len() == 1 { "" } else { "s" },
+                    described(largest)
+                ),
+                questions: vec![format!("Is {subject} in this photo? Where?"), paint],
+            });
+        }
+        TargetKind::Pet => {
+            if let Some(face) = head_over_body {
+                return Err(NotReady {
+                    message: format!(
+                        "The clearest subject I see is a person's face {}, not a pet.",
+                        described(face)
+                    ),
+                    questions: vec![
+                        format!("Is {subject} in this photo? Where?"),
+                        "Did you mean to change the person? Then choose “A person”.".into(),
+                    ],
+                });
+            }
+            let (x0, x1) = (
+                largest.centre.0 - largest.size.0 / 2.0,
+                largest.centre.0 + largest.size.0 / 2.0,
+            );
+            let bottom = largest.centre.1 + largest.size.1 / 2.0 > 0.98;
+            let side = x0 < 0.02 || x1 > 0.98;
+            if bottom && side && largest.size.0 >= 0.6 {
+                return Err(NotReady {
+                    message: format!(
+                        "What stands out runs off the bottom and the side of the frame, {} wide: more like the ground or a structure than an animal.",
+                        percent(largest.size.0)
+                    ),
+                    questions: vec![format!("Where in the photo is {subject}?"), paint],
+                });
+            }
+        }
+        _ => {}
+    }
+    // Several candidates of about the same size, and no mask to say which.
+    let mut similar: Vec<&Shape> = shapes
+        .iter()
+        .filter(|s| s.fraction >= largest.fraction * 0.5)
+        .collect();
+    // Named left to right, as a person reads them.
+    similar.sort_by(|a, b| a.centre.0.total_cmp(&b.centre.0));
+    if target != TargetKind::Background && similar.len() >= 2 && !mask_given {
+        let list = similar
+            .iter()
+            .take(3)
+            .map(|s| described(s))
+            .collect::<Vec<_>>()
+            .join(", ");
+        return Err(NotReady {
+            message: format!(
+                "I see {} separate subjects of similar size: {list}. I cannot tell which one is {subject}.",
+                similar.len()
+            ),
+            questions: vec![
+                format!(
+                    "Which one is {subject}: {}?",
+                    similar
+                        .iter()
+                        .take(3)
+                        .map(|s| format!("the one {}", s.position()))
+                        .collect::<Vec<_>>()
+                        .join(" or ")
+                ),
+                paint,
+            ],
+        });
+    }
+    if target == TargetKind::Background && !(0.05..=0.95).contains(&f) {
+        return Err(NotReady {
+            message: format!(
+                "The background is {} of the photo; I cannot tell it from the subject.",
+                percent(f)
+            ),
+            questions: vec![
+                "Where does the background end and the subject begin?".into(),
+                paint,
+            ],
+        });
+    }
+    let observation = match target {
+        TargetKind::Person => match head_over_body {
+            Some(face) => format!(
+                "A person: a face {}, above a figure {}.",
+                described(face),
+                described(largest)
+            ),
+            None => format!(
+                "A person, by skin tones, {}.",
+                described(face.unwrap_or(largest))
+            ),
+        },
+        TargetKind::Background => format!(
+            "The background is {} of the photo, around a subject {}.",
+            percent(f),
+            described(largest)
+        ),
+        _ => format!(
+            "One subject stands apart from the background {}.",
+            described(largest)
+        ),
+    };
+    Ok(Ready {
+        fraction: f,
+        observation,
+    })
 }
 
 fn swatch(style: &str) -> [Rgb<u8>; 3] {
@@ -823,12 +1012,95 @@ mod tests {
 
     #[test]
     fn readiness_refuses_an_empty_or_total_selection() {
-        let empty = GrayImage::new(10, 10);
-        let e = readiness(TargetKind::Area, "", &empty).unwrap_err();
+        let p = photo();
+        let empty = GrayImage::new(120, 80);
+        let e = readiness(TargetKind::Area, "", &p, &empty, true).unwrap_err();
+        assert!(e.message.contains("empty"), "{}", e.message);
         assert!(!e.questions.is_empty() && e.questions.len() <= 3);
-        let full = GrayImage::from_pixel(10, 10, Luma([255]));
-        assert!(readiness(TargetKind::Person, "the woman", &full).is_err());
-        assert!(readiness(TargetKind::Background, "", &full).is_ok());
+        let full = GrayImage::from_pixel(120, 80, Luma([255]));
+        let e = readiness(TargetKind::Area, "", &p, &full, true).unwrap_err();
+        assert!(
+            e.message.contains("nearly the whole photo (100%)"),
+            "{}",
+            e.message
+        );
+        let r = region(&p, TargetKind::Pet, None).unwrap();
+        let ok = readiness(TargetKind::Pet, "the dog", &p, &r, false).unwrap();
+        assert!(
+            ok.observation.contains("in the middle"),
+            "{}",
+            ok.observation
+        );
+    }
+
+    /// Two dogs of about the same size, left and right.
+    fn two_dogs() -> RgbImage {
+        RgbImage::from_fn(160, 90, |x, y| {
+            let near = |cx: f64| {
+                let (dx, dy) = ((x as f64 - cx) / 18.0, (y as f64 - 55.0) / 14.0);
+                dx * dx + dy * dy < 1.0
+            };
+            if near(40.0) || near(120.0) {
+                Rgb([150, 95, 50])
+            } else if y < 40 {
+                Rgb([130, 180, 235])
+            } else {
+                Rgb([70, 150, 60])
+            }
+        })
+    }
+
+    #[test]
+    fn several_similar_subjects_without_a_mask_are_a_question() {
+        let p = two_dogs();
+        let r = region(&p, TargetKind::Pet, None).unwrap();
+        let e = readiness(TargetKind::Pet, "the dog on the left", &p, &r, false).unwrap_err();
+        assert!(e.message.contains("2 separate subjects"), "{}", e.message);
+        assert!(
+            e.questions[0].contains("the one on the left or the one on the right"),
+            "{:?}",
+            e.questions
+        );
+        assert!(e.questions.len() <= 3);
+    }
+
+    fn real(name: &str) -> RgbImage {
+        let path = format!("{}/tests/photos/{name}", env!("CARGO_MANIFEST_DIR"));
+        decode(&std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"))).unwrap()
+    }
+
+    /// Real photographs (tests/photos, from ../shared/photos), each with the
+    /// answer a person would give.
+    #[test]
+    fn readiness_on_real_photographs() {
+        let cases = [
+            ("astronaut.png", TargetKind::Person, "the astronaut", true),
+            ("astronaut.png", TargetKind::Background, "", true),
+            ("astronaut.png", TargetKind::Pet, "the cat", false),
+            ("rocket.jpg", TargetKind::Person, "the pilot", false),
+            ("rocket.jpg", TargetKind::Pet, "the dog", false),
+            ("rocket.jpg", TargetKind::Background, "", true),
+            ("brick.png", TargetKind::Pet, "the dog", false),
+            ("brick.png", TargetKind::Person, "the man", false),
+            ("brick.png", TargetKind::Background, "", false),
+        ];
+        for (file, target, description, ready) in cases {
+            let p = real(file);
+            let r = region(&p, target, None).unwrap();
+            let got = readiness(target, description, &p, &r, false);
+            match (&got, ready) {
+                (Ok(ok), true) => assert!(!ok.observation.is_empty()),
+                (Err(no), false) => {
+                    assert!(
+                        !no.questions.is_empty() && no.questions.len() <= 3,
+                        "{file}"
+                    );
+                    // Questions and message name what was seen or asked for.
+                    assert!(no.message.len() > 30, "{file}: {}", no.message);
+                }
+                _ => panic!("{file} as {target:?}: expected ready = {ready}, got {got:?}"),
+            }
+        }
     }
 
     #[test]
@@ -840,4 +1112,124 @@ mod tests {
         assert_eq!(frames.len(), 8);
         assert_eq!(frames[0].buffer().dimensions(), (1280, 720));
     }
+}
+
+/// What the local checker measured of the photo's subjects: the shapes
+/// that stand apart from the border's colours, largest first.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Survey {
+    /// Each shape of at least `SHAPE_MIN` of the photo, largest first.
+    pub shapes: Vec<Shape>,
+    /// How much of the photo stands apart from the background at all.
+    pub foreground: f64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Shape {
+    /// Of the photo (0 to 1).
+    pub fraction: f64,
+    /// The centre of its bounding box, as fractions of width and height.
+    pub centre: (f64, f64),
+    /// Bounding box width and height, as fractions of the photo's.
+    pub size: (f64, f64),
+    /// Of its pixels, how many have the colours of skin (0 to 1).
+    pub skin: f64,
+}
+
+/// A shape smaller than this is detail, not a subject.
+const SHAPE_MIN: f64 = 0.015;
+/// Side the survey works at: enough for shapes, cheap on any photo.
+const SURVEY_SIDE: u32 = 192;
+
+impl Shape {
+    /// Where it is, in the words a person uses.
+    pub fn position(&self) -> &'static str {
+        let (x, y) = self.centre;
+        match (x, y) {
+            (x, _) if x < 0.36 => "on the left",
+            (x, _) if x > 0.64 => "on the right",
+            (_, y) if y < 0.36 => "at the top",
+            (_, y) if y > 0.64 => "at the bottom",
+            _ => "in the middle",
+        }
+    }
+}
+
+/// Skin in YCbCr (Chai and Ngan's ranges): orange, red and brown objects
+/// fall outside it, faces and hands of many complexions inside.
+fn is_skin(p: &Rgb<u8>) -> bool {
+    let (r, g, b) = (f64::from(p[0]), f64::from(p[1]), f64::from(p[2]));
+    let cb = 128.0 - 0.168_736 * r - 0.331_264 * g + 0.5 * b;
+    let cr = 128.0 + 0.5 * r - 0.418_688 * g - 0.081_312 * b;
+    (77.0..=127.0).contains(&cb) && (133.0..=173.0).contains(&cr) && r > 60.0
+}
+
+/// Separates the shapes that stand apart from the background: the border
+/// colours' foreground, opened and closed (so texture and thin seams do not
+/// count), then its connected regions.
+pub fn survey(photo: &RgbImage) -> Result<Survey, String> {
+    use imageproc::distance_transform::Norm;
+    use imageproc::region_labelling::{connected_components, Connectivity};
+    let small = if photo.width().max(photo.height()) > SURVEY_SIDE {
+        imageops::thumbnail(
+            photo,
+            (photo.width() * SURVEY_SIDE / photo.width().max(photo.height())).max(1),
+            (photo.height() * SURVEY_SIDE / photo.width().max(photo.height())).max(1),
+        )
+    } else {
+        photo.clone()
+    };
+    let (w, h) = small.dimensions();
+    let fg = region(&small, TargetKind::Pet, None)?;
+    let fg = imageproc::morphology::open(&fg, Norm::LInf, 1);
+    let fg = imageproc::morphology::close(&fg, Norm::LInf, 2);
+    let total = f64::from(w) * f64::from(h);
+    let foreground = fg.pixels().filter(|p| p[0] > 0).count() as f64 / total;
+    let labels = connected_components(&fg, Connectivity::Eight, Luma([0u8]));
+    #[derive(Default, Clone, Copy)]
+    struct Acc {
+        n: u64,
+        skin: u64,
+        x0: u32,
+        y0: u32,
+        x1: u32,
+        y1: u32,
+    }
+    let mut acc: std::collections::HashMap<u32, Acc> = std::collections::HashMap::new();
+    for (x, y, l) in labels.enumerate_pixels() {
+        if l[0] == 0 {
+            continue;
+        }
+        let a = acc.entry(l[0]).or_insert(Acc {
+            x0: x,
+            y0: y,
+            x1: x,
+            y1: y,
+            ..Acc::default()
+        });
+        a.n += 1;
+        a.skin += u64::from(is_skin(small.get_pixel(x, y)));
+        a.x0 = a.x0.min(x);
+        a.y0 = a.y0.min(y);
+        a.x1 = a.x1.max(x);
+        a.y1 = a.y1.max(y);
+    }
+    let mut shapes: Vec<Shape> = acc
+        .values()
+        .filter(|a| a.n as f64 / total >= SHAPE_MIN)
+        .map(|a| Shape {
+            fraction: a.n as f64 / total,
+            centre: (
+                (f64::from(a.x0 + a.x1) / 2.0 + 0.5) / f64::from(w),
+                (f64::from(a.y0 + a.y1) / 2.0 + 0.5) / f64::from(h),
+            ),
+            size: (
+                f64::from(a.x1 - a.x0 + 1) / f64::from(w),
+                f64::from(a.y1 - a.y0 + 1) / f64::from(h),
+            ),
+            skin: a.skin as f64 / a.n as f64,
+        })
+        .collect();
+    shapes.sort_by(|a, b| b.fraction.total_cmp(&a.fraction));
+    Ok(Survey { shapes, foreground })
 }
