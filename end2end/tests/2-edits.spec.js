@@ -72,7 +72,7 @@ test.describe.serial('charge once', () => {
     await page.getByTestId('submit').dblclick();
     await expect(page).toHaveURL(/\/edits\/[0-9a-f-]{36}$/, { timeout: 20_000 });
     await expect(page.getByTestId('job-price')).toHaveText('3 credits');
-    await expect(page.getByTestId('timeline')).toContainText(/created/i);
+    await expect(page.getByTestId('story')).toContainText('Ordered');
     // The edit runs on the local provider; the page follows it to the end.
     await expect(page.getByTestId('job-status')).toContainText('Done', { timeout: 30_000 });
     await expect(page.getByTestId('result-image')).toBeVisible();

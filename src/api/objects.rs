@@ -4,8 +4,7 @@
 
 use crate::model::{
     AssetId, AttemptState, CompareOutcome, CostSource, Credits, Email, JobId, JobKind, JobRequest,
-    JobStatus, LedgerEntryId, LedgerKind, LineageEffect, LineageState, Purpose, Review, Role, Usd,
-    UserId,
+    JobStatus, LedgerEntryId, LedgerKind, LineageState, Purpose, Review, Role, Usd, UserId,
 };
 use crate::store::{Asset, Attempt, BudgetDay, Job, JobEvent, LedgerEntry, User};
 use chrono::{DateTime, Utc};
@@ -217,9 +216,7 @@ pub struct Lineage {
 impl Lineage {
     fn of(job: &Job, state: &LineageState) -> Lineage {
         let compare = job.progress.compare.as_ref();
-        let retained = job.is_repair()
-            && job.status == JobStatus::Succeeded
-            && compare.is_none_or(|c| c.effect() != LineageEffect::Deliver);
+        let retained = job.retained_previous();
         Lineage {
             root: job.root(),
             parent: job.repair_of,
@@ -288,10 +285,7 @@ impl JobObject {
     pub fn new(job: &Job, attempts: &[Attempt], lineage: Option<&LineageState>) -> JobObject {
         let lineage = lineage.map(|state| Lineage::of(job, state));
         // A repair that kept the previous version delivers that version.
-        let delivered = match (&lineage, &job.progress.compare) {
-            (Some(l), Some(c)) if l.retained_previous => c.against,
-            _ => job.id,
-        };
+        let delivered = job.delivers();
         JobObject {
             id: job.id,
             kind: job.kind,

@@ -131,6 +131,32 @@ impl Job {
     pub fn is_repair(&self) -> bool {
         self.repair_of.is_some()
     }
+
+    /// A finished repair that did not improve on the version the person
+    /// had: that version stays delivered, and this one is the candidate.
+    pub fn retained_previous(&self) -> bool {
+        self.is_repair()
+            && self.status == JobStatus::Succeeded
+            && self
+                .progress
+                .compare
+                .as_ref()
+                .is_none_or(|c| c.effect() != crate::model::LineageEffect::Deliver)
+    }
+
+    /// The job whose output this one delivers: itself, or the previous
+    /// version a repair kept.
+    pub fn delivers(&self) -> JobId {
+        if !self.retained_previous() {
+            return self.id;
+        }
+        self.progress
+            .compare
+            .as_ref()
+            .map(|c| c.against)
+            .or(self.repair_of)
+            .unwrap_or(self.id)
+    }
 }
 
 /// A repair to submit: the job (its request the original's, frozen) and

@@ -2,10 +2,12 @@
 //! function checks the caller's role through the engine's one guard and
 //! calls the engine; there is no SQL here.
 
+mod edit;
 mod review;
 mod spend;
 mod webhooks;
 
+pub use edit::*;
 pub use review::*;
 pub use spend::*;
 pub use webhooks::*;
@@ -230,6 +232,11 @@ pub struct JobRow {
     pub output_content_type: Option<String>,
     /// (verdict, notes) of the review, when one ran.
     pub review: Option<(String, String)>,
+    /// A repair's instruction.
+    pub instruction: Option<String>,
+    /// A finished repair that did not improve: `output_url` is the version
+    /// kept, and the candidate is here.
+    pub candidate_url: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -256,7 +263,11 @@ pub struct EventRow {
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct JobDetail {
     pub job: JobRow,
+    /// The detailed timeline: for reviewers and admins only.
     pub events: Vec<EventRow>,
+    /// The timeline in plain words, for everyone who may see the job.
+    pub story: Vec<StoryRow>,
+    pub lineage: Option<LineageView>,
     pub attempts: Vec<AttemptRow>,
     /// Why the job waits for a person, when it is parked.
     pub parked: Option<ParkedRow>,
@@ -320,6 +331,22 @@ pub struct Composer {
     pub catalogue: tollgate::model::Catalogue,
     pub idempotency_key: String,
     pub balance: i64,
+    /// "Change and order again": an earlier edit's settings and photo.
+    pub prefill: Option<Prefill>,
+}
+
+/// The settings of an earlier edit, to start a new one from.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Prefill {
+    pub asset_id: String,
+    pub width: u32,
+    pub height: u32,
+    pub target: tollgate::model::TargetKind,
+    pub description: String,
+    pub style: String,
+    pub strength: tollgate::model::Strength,
+    /// The questions the earlier edit was stopped with.
+    pub questions: Vec<String>,
 }
 
 #[cfg(feature = "ssr")]
@@ -338,7 +365,11 @@ fn job_row(j: tollgate::store::Job) -> JobRow {
             })
             .unwrap_or_default(),
         output_url: (succeeded && j.output_content_type.is_some())
+            .then(|| format!("/v1/jobs/{}/output", j.delivers())),
+        candidate_url: j
+            .retained_previous()
             .then(|| format!("/v1/jobs/{}/output", j.id)),
+        instruction: j.instruction.clone(),
         output_content_type: j.output_content_type.clone(),
         review: j.review.as_ref().map(|r| {
             let verdict = match r.verdict {
@@ -410,6 +441,11 @@ pub async fn load_job_detail(id: String) -> Result<JobDetail, ServerFnError> {
     let job = t.visible_job(&p.user, id).await.map_err(fail)?;
     let events = t.job_events(&p.user, id).await.map_err(fail)?;
     let attempts = t.store().attempts(id).await.map_err(|e| fail(e.into()))?;
+    let lineage = edit::ssr::lineage_view(&t, &p.user, &job)
+        .await
+        .map_err(fail)?;
+    let story = edit::ssr::story(&events);
+    let detailed = p.user.role.allows(Role::Reviewer);
     // The newest record: waiting, being recovered, or what was decided.
     let record = t.parked_of_job(id).await.map_err(fail)?.into_iter().next();
     let parked = match record {
@@ -437,6 +473,8 @@ pub async fn load_job_detail(id: String) -> Result<JobDetail, ServerFnError> {
         }
     };
     Ok(JobDetail {
+        lineage,
+        story,
         parked,
         attempts: attempts
             .into_iter()
@@ -455,6 +493,7 @@ pub async fn load_job_detail(id: String) -> Result<JobDetail, ServerFnError> {
         job: job_row(job),
         events: events
             .into_iter()
+            .filter(|_| detailed)
             .map(|e| EventRow {
                 kind: e.kind,
                 when: e.created_at.format("%Y-%m-%d %H:%M:%S UTC").to_string(),
@@ -465,15 +504,43 @@ pub async fn load_job_detail(id: String) -> Result<JobDetail, ServerFnError> {
 }
 
 #[server]
-pub async fn load_composer() -> Result<Composer, ServerFnError> {
+pub async fn load_composer(from: Option<String>) -> Result<Composer, ServerFnError> {
     use ssr::*;
     let p = require(Role::User).await?;
     let t = engine()?;
     let fresh = t.user(p.user.id).await.map_err(fail)?;
+    // Only the person's own edit, and only its photo they uploaded.
+    let mut prefill = None;
+    if let Some(id) = from.and_then(|f| f.parse::<tollgate::model::JobId>().ok()) {
+        if let Ok(job) = t.visible_job(&p.user, id).await {
+            if let (true, tollgate::model::JobRequest::ImageEdit(e)) =
+                (job.user_id == p.user.id, &job.request)
+            {
+                if let Some(asset) = t
+                    .store()
+                    .asset(e.source)
+                    .await
+                    .map_err(|e| fail(e.into()))?
+                {
+                    prefill = Some(Prefill {
+                        asset_id: asset.id.to_string(),
+                        width: asset.width,
+                        height: asset.height,
+                        target: e.target.kind,
+                        description: e.target.description.clone(),
+                        style: e.style.clone(),
+                        strength: e.strength,
+                        questions: job_row(job.clone()).questions,
+                    });
+                }
+            }
+        }
+    }
     Ok(Composer {
         catalogue: t.catalogue().clone(),
         idempotency_key: format!("edit-{}", uuid::Uuid::new_v4()),
         balance: fresh.balance.get(),
+        prefill,
     })
 }
 

@@ -117,17 +117,36 @@ pub fn EditComposer(composer: Composer) -> impl IntoView {
         catalogue,
         idempotency_key,
         balance,
+        prefill,
     } = composer;
     let catalogue = StoredValue::new(catalogue);
     let key = StoredValue::new(idempotency_key);
 
-    let photo = RwSignal::new(None::<Photo>);
+    let questions = prefill
+        .as_ref()
+        .map(|p| p.questions.clone())
+        .unwrap_or_default();
+    let photo = RwSignal::new(prefill.as_ref().map(|p| Photo {
+        asset_id: p.asset_id.clone(),
+        url: format!("/v1/assets/{}/content", p.asset_id),
+        width: p.width,
+        height: p.height,
+    }));
     let uploading = RwSignal::new(false);
     let upload_error = RwSignal::new(None::<String>);
-    let target = RwSignal::new(TargetKind::Pet);
-    let description = RwSignal::new(String::new());
-    let medium = RwSignal::new(STYLES[0].id.to_string());
-    let strength = RwSignal::new(Strength::Balanced);
+    let target = RwSignal::new(prefill.as_ref().map_or(TargetKind::Pet, |p| p.target));
+    let description = RwSignal::new(
+        prefill
+            .as_ref()
+            .map(|p| p.description.clone())
+            .unwrap_or_default(),
+    );
+    let medium = RwSignal::new(
+        prefill
+            .as_ref()
+            .map_or(STYLES[0].id.to_string(), |p| p.style.clone()),
+    );
+    let strength = RwSignal::new(prefill.as_ref().map_or(Strength::Balanced, |p| p.strength));
     let brush = RwSignal::new(40u32);
     let erasing = RwSignal::new(false);
     let strokes = RwSignal::new(0usize);
@@ -402,6 +421,13 @@ pub fn EditComposer(composer: Composer) -> impl IntoView {
 
     view! {
         <form class="composer" on:submit=on_submit novalidate>
+            {(!questions.is_empty()).then(|| view! {
+                <div class="callout warning" data-testid="prefill-questions">
+                    <strong>"Your last order with this photo stopped before anything was paid for. It asked:"</strong>
+                    <ul>{questions.into_iter().map(|q| view! { <li>{q}</li> }).collect_view()}</ul>
+                    <p class="small muted">"The settings are filled in from that order: change what the questions point at, then order again."</p>
+                </div>
+            })}
             <section class="card step">
                 <h2 class="card-title"><span class="step-no">"1"</span>"Your photo"</h2>
                 <label class="dropzone" class:has-photo=move || photo.get().is_some()

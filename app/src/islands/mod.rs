@@ -4,7 +4,7 @@ mod composer;
 mod result;
 
 pub use composer::EditComposer;
-pub use result::{BeforeAfter, LiveStatus};
+pub use result::{BeforeAfter, LiveStatus, VersionCompare};
 
 use leptos::prelude::*;
 

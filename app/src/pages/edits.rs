@@ -1,8 +1,10 @@
 //! My edits (a list with status and thumbnails) and one edit's detail.
 
 use super::LoadError;
-use crate::data::{load_job_detail, my_jobs, AttemptRow, JobDetail, JobRow, ParkedRow};
-use crate::islands::{BeforeAfter, LiveStatus};
+use crate::data::{
+    load_job_detail, my_jobs, AttemptRow, JobDetail, JobRow, LineageView, ParkedRow, StoryRow,
+};
+use crate::islands::{BeforeAfter, LiveStatus, VersionCompare};
 use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::hooks::use_params_map;
@@ -115,9 +117,41 @@ fn Detail(detail: JobDetail) -> impl IntoView {
     let JobDetail {
         job,
         events,
+        story,
+        lineage,
         attempts,
         parked,
     } = detail;
+    let detailed = !events.is_empty();
+    let again = format!("/edits/new?from={}", job.id);
+    let candidate = job.candidate_url.clone();
+    // Any two versions under one slider once there is more than one edit.
+    let versions = lineage.as_ref().map(|l| {
+        let mut labels = Vec::new();
+        let mut urls = Vec::new();
+        if let JobRequest::ImageEdit(e) = &job.request {
+            labels.push("Your photo".to_string());
+            urls.push(format!("/v1/assets/{}/content", e.source));
+        }
+        let mut current = None;
+        let mut previous = None;
+        for v in &l.versions {
+            if let Some(u) = &v.output_url {
+                if v.current {
+                    current = Some(urls.len());
+                } else if current.is_none() {
+                    previous = Some(urls.len());
+                }
+                labels.push(if v.delivered {
+                    format!("{} (yours)", v.label)
+                } else {
+                    v.label.clone()
+                });
+                urls.push(u.clone());
+            }
+        }
+        (labels, urls, previous.unwrap_or(0), current)
+    });
     // Queued and running jobs are followed live; a parked one waits for a
     // person, and its notice says so instead of a spinner.
     let live = matches!(job.status, JobStatus::Queued | JobStatus::Running)
@@ -181,9 +215,19 @@ fn Detail(detail: JobDetail) -> impl IntoView {
         <div class="grid-2">
             <section class="card">
                 <h2 class="card-title">{if result.is_some() { "Result" } else if is_video { "Clip" } else { "Your photo" }}</h2>
-                {match (result.clone(), images.clone()) {
-                    (Some(out), Some((before, _))) => view! { <BeforeAfter before=before after=out /> }.into_any(),
-                    (Some(out), None) => view! { <img class="result-clip" src=out alt="The generated clip" data-testid="result-image" /> }.into_any(),
+                {candidate.clone().map(|c| view! {
+                    <div class="callout" data-testid="kept-previous" role="status">
+                        <strong>"We kept the version you had."</strong>
+                        <p class="small">"This repair was compared with it and was no better, so your edit stays as it was. "
+                            <a href=c>"See the repair's attempt"</a>"."</p>
+                    </div>
+                })}
+                {match (result.clone(), images.clone(), versions.clone()) {
+                    (Some(_), Some(_), Some((labels, urls, left, Some(right)))) if urls.len() > 2 => view! {
+                        <VersionCompare labels=labels urls=urls left=left right=right />
+                    }.into_any(),
+                    (Some(out), Some((before, _)), _) => view! { <BeforeAfter before=before after=out /> }.into_any(),
+                    (Some(out), None, _) => view! { <img class="result-clip" src=out alt="The generated clip" data-testid="result-image" /> }.into_any(),
                     _ => ().into_any(),
                 }}
                 {review.map(|(verdict, notes)| view! {
@@ -196,8 +240,9 @@ fn Detail(detail: JobDetail) -> impl IntoView {
                 {(!questions.is_empty()).then(|| view! {
                     <div class="questions">
                         <p><strong>"Before we try again:"</strong></p>
-                        <ul>{questions.into_iter().map(|q| view! { <li>{q}</li> }).collect_view()}</ul>
-                        <a class="btn btn-primary" href="/edits/new">"Start a new edit"</a>
+                        <ul data-testid="questions">{questions.into_iter().map(|q| view! { <li>{q}</li> }).collect_view()}</ul>
+                        <p class="small muted">"Nothing was paid for this photo, and your credits are back."</p>
+                        <a class="btn btn-primary" href=again.clone()>"Change and order again"</a>
                     </div>
                 })}
                 {match (result.is_some(), images) {
@@ -221,20 +266,121 @@ fn Detail(detail: JobDetail) -> impl IntoView {
                     <dd class="mono">{format!("${}", job.estimated_usd)}</dd>
                 </dl>
                 {parked.map(|p| view! { <ParkedNotice parked=p /> })}
+                <h2 class="card-title">"What happened"</h2>
+                <Story rows=story />
                 <h2 class="card-title">"Provider attempts"</h2>
                 <AttemptList attempts=attempts />
-                <h2 class="card-title">"Timeline"</h2>
-                <ol class="timeline" data-testid="timeline">
-                    {events.into_iter().map(|e| view! {
-                        <li>
-                            <span class="timeline-kind">{e.kind}</span>
-                            <span class="muted small">{e.when}</span>
-                            {(!e.detail.is_empty()).then(|| view! { <span class="small muted timeline-detail">{e.detail}</span> })}
-                        </li>
-                    }).collect_view()}
-                </ol>
+                {detailed.then(|| view! {
+                    <details class="detailed" open>
+                        <summary class="card-title">"Detailed timeline"</summary>
+                        <ol class="timeline" data-testid="timeline">
+                            {events.into_iter().map(|e| view! {
+                                <li>
+                                    <span class="timeline-kind">{e.kind}</span>
+                                    <span class="muted small">{e.when}</span>
+                                    {(!e.detail.is_empty()).then(|| view! { <span class="small muted timeline-detail">{e.detail}</span> })}
+                                </li>
+                            }).collect_view()}
+                        </ol>
+                    </details>
+                })}
             </section>
         </div>
+        {lineage
+            .filter(|l| l.versions.len() > 1 || job.status == JobStatus::Succeeded)
+            .map(|l| view! { <Versions lineage=l job_id=job.id.clone() /> })}
+    }
+}
+
+/// The owner's timeline: ordered, checked, sent, finished, refunded.
+#[component]
+fn Story(rows: Vec<StoryRow>) -> impl IntoView {
+    view! {
+        <ol class="story" data-testid="story">
+            {rows.into_iter().map(|r| view! {
+                <li class=format!("story-{}", r.tone)>
+                    <span class="story-dot" aria-hidden="true"></span>
+                    <span class="story-what">{r.what}</span>
+                    <span class="muted small story-when">{r.when}</span>
+                </li>
+            }).collect_view()}
+        </ol>
+    }
+}
+
+/// The lineage: each version (the delivered one marked), each repair's
+/// instruction and what the comparison found, and the repair form.
+#[component]
+fn Versions(lineage: LineageView, job_id: String) -> impl IntoView {
+    let LineageView {
+        versions,
+        repairs_left,
+        closed,
+        repair_credits,
+        balance,
+        repair_key,
+        delivered_id,
+    } = lineage;
+    let action = format!("/edits/{job_id}/repairs");
+    let on_delivered = delivered_id == job_id;
+    let cards = versions
+        .into_iter()
+        .map(|v| {
+            let outcome = v.outcome.clone().map(|o| match o.as_str() {
+                "improved" => ("Better: delivered", "ok"),
+                "unchanged" => ("No better: yours kept", "warn"),
+                "worse" => ("Worse: yours kept", "warn"),
+                _ => ("Compared", "plain"),
+            });
+            view! {
+                <li class="version" class:version-delivered=v.delivered class:version-current=v.current data-testid="version">
+                    <a href=format!("/edits/{}", v.id) class="version-link">
+                        <div class="version-thumb">
+                            {match v.output_url.clone() {
+                                Some(u) => view! { <img src=u alt=format!("{}", v.label) loading="lazy" /> }.into_any(),
+                                None => view! { <span class="muted small">{v.status.label()}</span> }.into_any(),
+                            }}
+                        </div>
+                        <div class="version-body">
+                            <strong>{v.label.clone()}</strong>
+                            {v.delivered.then(|| view! { <span class="badge status-succeeded" data-testid="delivered-badge">"Yours"</span> })}
+                            {outcome.map(|(text, tone)| view! { <span class=format!("badge outcome-{tone}") data-testid="outcome">{text}</span> })}
+                            {v.instruction.clone().map(|i| view! { <p class="small version-instruction">"“"{i}"”"</p> })}
+                            {(v.status != tollgate::model::JobStatus::Succeeded).then(|| view! { <p class="small muted">{v.status.label()}</p> })}
+                        </div>
+                    </a>
+                </li>
+            }
+        })
+        .collect_view();
+    view! {
+        <section class="card lineage" data-testid="lineage">
+            <h2 class="card-title">"Versions"</h2>
+            <ol class="version-strip">{cards}</ol>
+            <h2 class="card-title">"Ask for a repair"</h2>
+            {match closed {
+                Some(why) => view! { <p class="muted" data-testid="repair-closed">{why}</p> }.into_any(),
+                None => view! {
+                    <form method="post" action=action class="repair-form" data-testid="repair-form">
+                        <input type="hidden" name="key" value=repair_key />
+                        <div class="field">
+                            <label for="instruction">"What should change?"</label>
+                            <textarea id="instruction" name="instruction" rows="3" required maxlength="500"
+                                placeholder="For example: make the stitches bolder, or keep the leash photographic"></textarea>
+                            <p class="hint small muted">
+                                {if on_delivered { "The repair starts from this version. ".to_string() } else { "The repair starts from the version you have now. ".to_string() }}
+                                "The settings stay the same. We compare the result with your version and keep the better one."
+                            </p>
+                        </div>
+                        <p class="repair-terms">
+                            <span data-testid="repair-price">{format!("{repair_credits} credits")}</span>
+                            <span class="muted small">{format!(" · you have {balance} · {repairs_left} of 2 repairs left · refunded if it fails")}</span>
+                        </p>
+                        <button type="submit" class="btn btn-primary" data-testid="repair-submit">"Ask for a repair"</button>
+                    </form>
+                }.into_any(),
+            }}
+        </section>
     }
 }
 

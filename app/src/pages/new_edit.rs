@@ -8,7 +8,11 @@ use leptos_meta::Title;
 
 #[component]
 pub fn NewEditPage() -> impl IntoView {
-    let data = Resource::new_blocking(|| (), |_| load_composer());
+    // `?from=<job>`: change an earlier edit and order again.
+    let from = leptos_router::hooks::use_query_map()
+        .get_untracked()
+        .get("from");
+    let data = Resource::new_blocking(move || from.clone(), load_composer);
     view! {
         <Title text="New edit" />
         <header class="page-head">

@@ -24,6 +24,7 @@ pub fn router(tollgate: Tollgate) -> Router {
         .route("/account/tokens", post(create_token))
         .route("/account/tokens/{id}/revoke", post(revoke_token))
         .route("/edits/{id}/cancel", post(cancel_edit))
+        .route("/edits/{id}/repairs", post(repair_edit))
         .route("/admin/users", post(add_user))
         .route("/admin/users/{id}/role", post(set_role))
         .route("/admin/users/{id}/disabled", post(set_disabled))
@@ -471,6 +472,46 @@ async fn cancel_edit(
             Redirect::to(&back)
         }
         Err(e) => report(&session, e, "/edits").await,
+    }
+}
+
+#[derive(Deserialize)]
+pub struct RepairForm {
+    #[serde(default)]
+    instruction: String,
+    /// The repair's idempotency key, made when the page was rendered: a
+    /// double click or a resent form makes one repair.
+    #[serde(default)]
+    key: String,
+}
+
+async fn repair_edit(
+    State(t): State<Tollgate>,
+    who: Authorized<AnyUser>,
+    session: Session,
+    Path(id): Path<String>,
+    form: Result<Form<RepairForm>, FormRejection>,
+) -> Redirect {
+    let back = format!("/edits/{id}");
+    let result = async {
+        let id = id.parse::<JobId>().map_err(|_| Error::NotFound("edit"))?;
+        let Form(f) = form.map_err(unreadable)?;
+        let body = serde_json::json!({"instruction": f.instruction});
+        t.submit_repair(who.user(), id, Some(f.key.as_str()), &body)
+            .await
+    }
+    .await;
+    match result {
+        Ok(s) => {
+            let note = if s.created {
+                format!("Repair ordered; {} credits charged. We will compare it with the version you have and keep the better one.", s.job.credits)
+            } else {
+                "This repair was already ordered.".to_string()
+            };
+            flash::ok(&session, note).await;
+            Redirect::to(&format!("/edits/{}", s.job.id))
+        }
+        Err(e) => report(&session, e, &back).await,
     }
 }
 
