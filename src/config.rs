@@ -177,6 +177,7 @@ impl Config {
             !matches!(
                 k.as_str(),
                 "models"
+                    | "checker"
                     | "local"
                     | "workers"
                     | "lease_seconds"
@@ -189,7 +190,7 @@ impl Config {
         }) {
             return Err(ConfigError::new(
                 "TOLLGATE_CONFIG",
-                format!("unknown setting {k:?}; known: models, local, workers, lease_seconds, daily_cap_usd, spend_warning_percent, webhook_allow_networks, webhook_retry_schedule, storage_quota_mb"),
+                format!("unknown setting {k:?}; known: models, checker, local, workers, lease_seconds, daily_cap_usd, spend_warning_percent, webhook_allow_networks, webhook_retry_schedule, storage_quota_mb"),
             ));
         }
         let models = crate::providers::config::parse(&file, &get)?;

@@ -121,6 +121,11 @@ impl Tollgate {
         &self.inner.config.models
     }
 
+    /// The http provider, for calls outside a model's chain (a checker's).
+    pub fn http_provider(&self) -> &crate::providers::http::HttpProvider {
+        &self.inner.http
+    }
+
     /// The provider that serves a model.
     pub fn provider(
         &self,

@@ -250,7 +250,21 @@ impl MockServer {
             .expect("the mock's stats")
     }
 
-    /// Predictions paid for.
+    /// Every check the mock received as a checker, oldest first.
+    pub async fn checks(&self) -> Vec<serde_json::Value> {
+        let v: serde_json::Value = self
+            .http
+            .get(format!("{}/_mock/checks", self.base))
+            .send()
+            .await
+            .expect("reading the mock's checks")
+            .json()
+            .await
+            .expect("the mock's checks");
+        v["data"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// Predictions paid for (checks apart).
     pub async fn paid(&self) -> u64 {
         self.stats().await["paid_predictions"].as_u64().unwrap_or(0)
     }

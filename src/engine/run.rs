@@ -25,6 +25,9 @@ pub struct Run<'a> {
     progress_changed: bool,
     /// Ops decided on, written with the next commit.
     deferred: Vec<Op>,
+    /// The highest attempt number this run has used (checker calls
+    /// included), so the next attempt of any purpose is numbered after it.
+    pub attempt_floor: i32,
 }
 
 impl<'a> Run<'a> {
@@ -42,6 +45,7 @@ impl<'a> Run<'a> {
             progress: claim.job.progress.clone(),
             progress_changed: false,
             deferred: Vec::new(),
+            attempt_floor: 0,
         }
     }
 

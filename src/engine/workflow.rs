@@ -7,11 +7,13 @@
 
 use super::run::Run;
 use crate::model::{
-    direction, Comparison, JobRequest, LineageEffect, Readiness, Review, Step, Verdict,
+    direction, Comparison, ImageEdit, JobRequest, LineageEffect, Readiness, Review, Step, Verdict,
 };
-use crate::providers::local;
+use crate::model::{AttemptEnd, AttemptId, Purpose};
 use crate::providers::runner::{self, Generated};
-use crate::store::{Finish, NewParked, Op, StoreError, StoreResult};
+use crate::providers::{checker, local};
+use crate::store::{Applied, Finish, Hold, NewAttempt, NewParked, Op, StoreError, StoreResult};
+use chrono::Utc;
 use serde_json::{json, Value};
 
 /// What comes after a step.
@@ -125,6 +127,10 @@ async fn readiness(run: &mut Run<'_>) -> StoreResult<Next> {
     };
     let mask = run.t.asset_bytes(edit.target.mask).await?;
     let (kind, description) = (edit.target.kind, edit.target.description.clone());
+    if run.t.models().checker.is_some() {
+        let edit = edit.clone();
+        return checked_readiness(run, &edit, photo, mask).await;
+    }
     let size = photo.len() + mask.as_ref().map_or(0, Vec::len);
     let checked = on_cpu(run.t, size, move || {
         let img = local::decode(&photo)?;
@@ -191,6 +197,16 @@ async fn review(run: &mut Run<'_>) -> StoreResult<Next> {
         None => None,
     };
     let kind = edit.target.kind;
+    if run.t.models().checker.is_some() {
+        let edit = edit.clone();
+        let review = checked_review(run, &edit, photo, mask, out).await?;
+        run.defer(step_event(
+            Step::Review,
+            json!({"verdict": review.verdict, "notes": review.notes}),
+        ));
+        run.record(|p| p.review = Some(review));
+        return Ok(Next::Continue);
+    }
     let size = [&photo, &mask, &out]
         .iter()
         .map(|b| b.as_ref().map_or(0, Vec::len))
@@ -248,6 +264,25 @@ async fn compare(run: &mut Run<'_>) -> StoreResult<Next> {
         None => None,
     };
     let kind = edit.target.kind;
+    if run.t.models().checker.is_some() {
+        let edit = edit.clone();
+        let comparison = checked_compare(
+            run,
+            &edit,
+            against,
+            &instruction,
+            photo,
+            previous,
+            candidate,
+        )
+        .await?;
+        run.defer(step_event(
+            Step::Compare,
+            json!({"outcome": comparison.outcome, "against": against, "notes": comparison.notes}),
+        ));
+        run.record(|p| p.compare = Some(comparison));
+        return Ok(Next::Continue);
+    }
     let size = [&photo, &mask, &previous, &candidate]
         .iter()
         .map(|b| b.as_ref().map_or(0, Vec::len))
@@ -291,6 +326,247 @@ async fn compare(run: &mut Run<'_>) -> StoreResult<Next> {
     ));
     run.record(|p| p.compare = Some(comparison));
     Ok(Next::Continue)
+}
+
+const ROLE_ORIGINAL: &str =
+    "original: the photo to edit, and the only authority on identity and the scene";
+const ROLE_MASK: &str =
+    "mask: its painted (non-transparent) pixels mark where pixels may change; nothing else may";
+
+/// The person's request, as data for a checker (never as instructions).
+fn request_data(edit: &ImageEdit) -> serde_json::Value {
+    json!({
+        "target_kind": edit.target.kind.as_str(),
+        "target_description": edit.target.description,
+        "style": edit.style,
+        "strength": edit.strength.as_str(),
+    })
+}
+
+/// Readiness by the configured checker. Not ready fails the job with its
+/// questions (refunded; the expensive model is never called); a checker
+/// that cannot answer fails it too, since nobody looked before paying.
+async fn checked_readiness(
+    run: &mut Run<'_>,
+    edit: &ImageEdit,
+    photo: Vec<u8>,
+    mask: Option<Vec<u8>>,
+) -> StoreResult<Next> {
+    let mut images: Vec<(&str, &[u8])> = vec![(ROLE_ORIGINAL, &photo)];
+    if let Some(m) = &mask {
+        images.push((ROLE_MASK, m));
+    }
+    let asked = ask(run, Purpose::Readiness, &images, request_data(edit)).await?;
+    let answer = match asked {
+        Asked::Local => unreachable!("checked_readiness runs only with a checker configured"),
+        Asked::Refused => {
+            return Ok(Next::Fail(json!({"code": "SPENDING_PAUSED",
+                "message": "Spending is paused for today, so the photo could not be checked; your credits were refunded. Please try again later."})))
+        }
+        Asked::Answered(a) => a.and_then(|out| checker::readiness(&out)),
+    };
+    Ok(match answer {
+        Ok(a) if a.ready => {
+            let kind = edit.target.kind;
+            let size = photo.len() + mask.as_ref().map_or(0, Vec::len);
+            let fraction = on_cpu(run.t, size, move || {
+                let img = local::decode(&photo)?;
+                Ok::<_, String>(local::fraction(&local::region(
+                    &img,
+                    kind,
+                    mask.as_deref(),
+                )?))
+            })
+            .await?
+            .unwrap_or(0.0);
+            let fraction = (fraction * 1000.0).round() / 1000.0;
+            run.defer(step_event(
+                Step::Readiness,
+                json!({"region_fraction": fraction, "observation": a.observation}),
+            ));
+            run.record(|p| {
+                p.readiness = Some(Readiness {
+                    region_fraction: fraction,
+                    observation: Some(a.observation),
+                })
+            });
+            Next::Continue
+        }
+        Ok(a) => Next::Fail(
+            json!({"code": "NOT_READY", "message": a.observation, "questions": a.questions}),
+        ),
+        Err(e) => Next::Fail(json!({"code": "CHECK_UNAVAILABLE",
+            "message": format!("The photo could not be checked before paying, so nothing was sent; your credits were refunded. ({e})")})),
+    })
+}
+
+/// Review by the configured checker: a checker that is down or answers
+/// nonsense yields "not verified", never "passed".
+async fn checked_review(
+    run: &mut Run<'_>,
+    edit: &ImageEdit,
+    photo: Option<Vec<u8>>,
+    mask: Option<Vec<u8>>,
+    out: Option<Vec<u8>>,
+) -> StoreResult<Review> {
+    let not_verified = |notes: String| Review {
+        verdict: Verdict::NotVerified,
+        notes,
+    };
+    let (Some(photo), Some(out)) = (photo, out) else {
+        return Ok(not_verified("the photo or the output is gone".into()));
+    };
+    let mut images: Vec<(&str, &[u8])> = vec![(ROLE_ORIGINAL, &photo)];
+    if let Some(m) = &mask {
+        images.push((ROLE_MASK, m));
+    }
+    images.push(("result: the edit to review", &out));
+    Ok(
+        match ask(run, Purpose::Review, &images, request_data(edit)).await? {
+            Asked::Local => unreachable!("checked_review runs only with a checker configured"),
+            Asked::Refused => {
+                not_verified("spending is paused for today, so the result was not reviewed".into())
+            }
+            Asked::Answered(a) => match a.and_then(|out| checker::review(&out)) {
+                Ok(r) => Review {
+                    verdict: match r.verdict {
+                        checker::CheckedVerdict::Passed => Verdict::Passed,
+                        checker::CheckedVerdict::Issues => Verdict::Issues,
+                    },
+                    notes: r.notes,
+                },
+                Err(e) => not_verified(e),
+            },
+        },
+    )
+}
+
+/// The comparison by the configured checker; one that cannot answer keeps
+/// the previous version without stopping repairs.
+async fn checked_compare(
+    run: &mut Run<'_>,
+    edit: &ImageEdit,
+    against: crate::model::JobId,
+    instruction: &str,
+    photo: Option<Vec<u8>>,
+    previous: Option<Vec<u8>>,
+    candidate: Option<Vec<u8>>,
+) -> StoreResult<Comparison> {
+    let unknown = |notes: String| Comparison {
+        outcome: None,
+        against,
+        notes,
+    };
+    let (Some(photo), Some(previous), Some(candidate)) = (photo, previous, candidate) else {
+        return Ok(unknown("an image to compare is gone".into()));
+    };
+    let images: Vec<(&str, &[u8])> = vec![
+        (ROLE_ORIGINAL, &photo),
+        ("current: the version the person has now", &previous),
+        (
+            "candidate: the repair, made from the current version",
+            &candidate,
+        ),
+    ];
+    let mut data = request_data(edit);
+    data["repair_instruction"] = json!(instruction);
+    Ok(match ask(run, Purpose::Compare, &images, data).await? {
+        Asked::Local => unreachable!("checked_compare runs only with a checker configured"),
+        Asked::Refused => {
+            unknown("spending is paused for today, so the repair was not compared".into())
+        }
+        Asked::Answered(a) => match a.and_then(|out| checker::compare(&out)) {
+            Ok(c) => Comparison {
+                outcome: Some(c.outcome),
+                against,
+                notes: c.notes,
+            },
+            Err(e) => unknown(format!("The comparison could not run: {e}")),
+        },
+    })
+}
+
+/// What asking the configured checker came to.
+enum Asked {
+    /// No http checker: the local one measures instead.
+    Local,
+    /// The day cannot hold the check's price (rule 11): nothing was sent.
+    Refused,
+    /// The checker's output, or why there is none.
+    Answered(Result<serde_json::Value, String>),
+}
+
+/// Rule 14's checker call, as an attempt like any other (rule 7): written
+/// with its hold before it is sent, ended with its cost after (with the
+/// next commit). Its failures are answers (`Err`), never a pass.
+async fn ask(
+    run: &mut Run<'_>,
+    purpose: Purpose,
+    images: &[(&str, &[u8])],
+    data: serde_json::Value,
+) -> StoreResult<Asked> {
+    let Some(checker) = run.t.models().checker.clone() else {
+        return Ok(Asked::Local);
+    };
+    let job = run.job().clone();
+    // Numbered after every attempt the job has, whichever run made it.
+    let known = run
+        .t
+        .store()
+        .attempts(job.id)
+        .await?
+        .iter()
+        .map(|a| a.attempt_no)
+        .max()
+        .unwrap_or(0);
+    let attempt_no = known.max(run.attempt_floor) + 1;
+    run.attempt_floor = attempt_no;
+    let new = NewAttempt {
+        id: AttemptId::new(),
+        job_id: job.id,
+        purpose,
+        provider: checker.spec.provider_name().into(),
+        endpoint: checker.spec.endpoint.clone(),
+        model: checker.spec.id.clone(),
+        attempt_no,
+        idempotency_key: format!("{}:{attempt_no}", job.id),
+        hold: Some(Hold {
+            day: Utc::now().date_naive(),
+            amount: checker.price,
+            default_cap: run.t.config().daily_cap_usd,
+        }),
+        started_at: Utc::now(),
+    };
+    let (attempt, key) = (new.id, new.idempotency_key.clone());
+    if let Applied::Refused = run.commit(vec![Op::BeginAttempt(new)]).await? {
+        return Ok(Asked::Refused);
+    }
+    let input = checker::input(purpose, images, data);
+    let started = std::time::Instant::now();
+    let answer = run
+        .t
+        .http_provider()
+        .check(&checker.spec, &input, &key)
+        .await;
+    let ms = started.elapsed().as_millis() as i64;
+    let (outcome, answer) = match answer {
+        Ok((output, cost)) => (
+            runner::ended(AttemptEnd::Succeeded, None, "", cost, ms),
+            Ok(output),
+        ),
+        Err(e) => (
+            runner::ended(
+                AttemptEnd::Failed,
+                Some(e.class.as_str()),
+                &e.message,
+                e.cost,
+                ms,
+            ),
+            Err(format!("the checker could not answer: {}", e.message)),
+        ),
+    };
+    run.defer(Op::EndAttempt { attempt, outcome });
+    Ok(Asked::Answered(answer))
 }
 
 fn step_event(step: Step, mut detail: Value) -> Op {

@@ -181,11 +181,26 @@ pub struct LocalFaults {
     pub drop_after_accept_rate: f64,
 }
 
-/// The `[[models]]` list and the local provider's faults.
+/// The `[[models]]` list, the checker and the local provider's faults.
 #[derive(Clone, Debug)]
 pub struct Models {
     pub models: Vec<ModelSpec>,
     pub faults: LocalFaults,
+    /// The checker model behind readiness, review and comparison (rule 14),
+    /// from `[checker]`; `None` is the built-in local checker, which
+    /// measures on this machine's CPU and calls nobody.
+    pub checker: Option<Checker>,
+}
+
+/// An http checker: a cheap model answering strict JSON about images, never
+/// the expensive edit. Its calls are attempts like any other: priced, held
+/// against the day's budget, recorded.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Checker {
+    /// Endpoint, key and timeouts, in the shape every http call takes.
+    pub spec: ModelSpec,
+    /// What one check costs (held before each call).
+    pub price: Usd,
 }
 
 impl Models {
@@ -279,6 +294,7 @@ impl Models {
         Models {
             models,
             faults: LocalFaults::default(),
+            checker: None,
         }
     }
 }
@@ -361,6 +377,90 @@ struct RawModel {
     poll_ms: Option<u64>,
     poll_timeout_s: Option<u64>,
     faults: Option<LocalFaults>,
+}
+
+/// `[checker]`: which model checks before and after the edit.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawChecker {
+    #[serde(default = "local")]
+    provider: ProviderKind,
+    id: Option<String>,
+    endpoint: Option<String>,
+    remote_model: Option<String>,
+    api_key_env: Option<String>,
+    /// Per check, as a string ("0.002").
+    price: Option<toml::Value>,
+    timeout_ms: Option<u64>,
+    poll_ms: Option<u64>,
+    poll_timeout_s: Option<u64>,
+}
+
+fn checker(
+    raw: RawChecker,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Option<Checker>, ConfigError> {
+    let at = "checker";
+    if raw.provider == ProviderKind::Local {
+        if raw.endpoint.is_some() || raw.price.is_some() || raw.api_key_env.is_some() {
+            return Err(bad(format!(
+                "{at}: the local checker takes no endpoint, price or key (it runs on this machine)"
+            )));
+        }
+        return Ok(None);
+    }
+    let id = raw.id.unwrap_or_else(|| "checker".into());
+    if !valid_id(&id) {
+        return Err(bad(format!(
+            "{at}.id: 1 to 64 letters, digits, '-', '_' or '.'"
+        )));
+    }
+    let endpoint = raw
+        .endpoint
+        .ok_or_else(|| bad(format!("{at}: an http checker needs an endpoint")))?;
+    if !(endpoint.starts_with("http://") || endpoint.starts_with("https://")) {
+        return Err(bad(format!(
+            "{at}.endpoint: {endpoint:?} is not an http(s) URL"
+        )));
+    }
+    let price = amount(
+        raw.price
+            .as_ref()
+            .ok_or_else(|| bad(format!("{at}: an http checker needs a price per check")))?,
+        &format!("{at}.price"),
+    )?;
+    let api_key = match raw.api_key_env {
+        None => None,
+        Some(var) => Some(
+            env(&var)
+                .filter(|v| !v.is_empty())
+                .ok_or_else(|| bad(format!("{at}.api_key_env: the variable {var} is not set")))?,
+        ),
+    };
+    let ms = |v: Option<u64>, default: u64, name: &str| -> Result<Duration, ConfigError> {
+        let v = v.unwrap_or(default);
+        if (1..=3_600_000).contains(&v) {
+            Ok(Duration::from_millis(v))
+        } else {
+            Err(bad(format!("{at}.{name}: {v} is not 1 to 3600000 ms")))
+        }
+    };
+    let mut spec = local_spec(
+        &id,
+        &id,
+        JobKind::ImageEdit,
+        Price::PerGeneration(Resolution::ALL.into_iter().map(|r| (r, price)).collect()),
+        Vec::new(),
+    );
+    spec.provider = ProviderKind::Http;
+    spec.endpoint = Some(endpoint.trim_end_matches('/').to_string());
+    spec.remote_model = raw.remote_model.unwrap_or_else(|| id.clone());
+    spec.api_key = api_key;
+    spec.attempts = 1;
+    spec.request_timeout = ms(raw.timeout_ms, 30_000, "timeout_ms")?;
+    spec.poll_interval = ms(raw.poll_ms, 500, "poll_ms")?;
+    spec.poll_timeout = Duration::from_secs(raw.poll_timeout_s.unwrap_or(120).clamp(1, 3_600));
+    Ok(Some(Checker { spec, price }))
 }
 
 #[derive(Clone, Copy, Deserialize)]
@@ -510,6 +610,13 @@ pub fn parse(
             .map_err(|e: toml::de::Error| bad(format!("local: {}", e.message())))?;
         check_rates(&raw.faults, "local.faults")?;
         models.faults = raw.faults;
+    }
+    if let Some(c) = file.get("checker") {
+        let raw: RawChecker = c
+            .clone()
+            .try_into()
+            .map_err(|e: toml::de::Error| bad(format!("checker: {}", e.message())))?;
+        models.checker = checker(raw, env)?;
     }
     let Some(list) = file.get("models") else {
         return Ok(models);
@@ -743,6 +850,40 @@ default = true
         assert_eq!(c.edit_model.per_generation, Usd::parse("0.05").unwrap());
         // Video keeps its local models.
         assert_eq!(c.default_video_model, "local-clip");
+    }
+
+    #[test]
+    fn a_checker_is_declared_apart_from_the_models() {
+        let m = parse_str(
+            "[checker]\nprovider = \"http\"\nid = \"judge\"\nendpoint = \"http://127.0.0.1:9200/\"\nprice = \"0.002\"\n",
+        )
+        .unwrap();
+        let c = m.checker.as_ref().unwrap();
+        assert_eq!(c.spec.id, "judge");
+        assert_eq!(c.spec.endpoint.as_deref(), Some("http://127.0.0.1:9200"));
+        assert_eq!(c.price, Usd::parse("0.002").unwrap());
+        // Never a model a job may be sent to.
+        assert!(m.get("judge").is_none());
+        assert!(parse_str("").unwrap().checker.is_none());
+        for (text, needle) in [
+            (
+                "[checker]\nprovider = \"http\"\nprice = \"0.01\"",
+                "endpoint",
+            ),
+            (
+                "[checker]\nprovider = \"http\"\nendpoint = \"http://x\"",
+                "price",
+            ),
+            ("[checker]\nendpoint = \"http://x\"", "local checker"),
+            (
+                "[checker]\nprovider = \"http\"\nendpoint = \"http://x\"\nprice = 0.01",
+                "floats",
+            ),
+            ("[checker]\nprovder = \"http\"", "provder"),
+        ] {
+            let e = parse_str(text).unwrap_err().to_string();
+            assert!(e.contains(needle), "{text}: {e}");
+        }
     }
 
     #[test]

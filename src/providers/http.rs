@@ -86,7 +86,112 @@ impl HttpProvider {
     }
 }
 
-fn data_uri(bytes: &[u8]) -> String {
+impl HttpProvider {
+    /// One checker call (rule 14): the question sent under our key, then
+    /// polled until it is answered or the checker's window passes. Returns
+    /// the prediction's `output` as it came (the checker module reads it
+    /// strictly) and what it cost.
+    pub async fn check(
+        &self,
+        checker: &ModelSpec,
+        input: &Value,
+        key: &str,
+    ) -> Result<(Value, Cost), ProviderError> {
+        let sent = self
+            .request(checker, reqwest::Method::POST, "/v1/predictions")
+            .header("Idempotency-Key", key)
+            .json(&json!({"model": checker.remote_model, "input": input}))
+            .send()
+            .await;
+        let r = match sent {
+            Ok(r) => r,
+            Err(e) if e.is_connect() => {
+                return Err(ProviderError::new(
+                    ErrorClass::Unavailable,
+                    format!("cannot connect: {e}"),
+                    Cost::Nothing,
+                ))
+            }
+            Err(e) => {
+                return Err(ProviderError::new(
+                    ErrorClass::Uncertain,
+                    format!("no answer to the check: {e}"),
+                    Cost::Unknown,
+                ))
+            }
+        };
+        if !r.status().is_success() {
+            return Err(classify(r, checker, Asked::Submit).await);
+        }
+        let body: Value = r.json().await.map_err(|e| {
+            ProviderError::new(
+                ErrorClass::Uncertain,
+                format!("unreadable answer: {e}"),
+                Cost::Unknown,
+            )
+        })?;
+        // The id goes into a path: only plain ids are accepted.
+        let Some(id) = body["id"].as_str().map(str::to_string).filter(|id| {
+            !id.is_empty()
+                && id.len() <= 200
+                && id
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        }) else {
+            return Err(ProviderError::new(
+                ErrorClass::Uncertain,
+                "the check's answer named no usable prediction",
+                Cost::Unknown,
+            ));
+        };
+        let deadline = tokio::time::Instant::now() + checker.poll_timeout;
+        let mut v = body;
+        loop {
+            match v["status"].as_str() {
+                Some("succeeded") => return Ok((v["output"].clone(), cost_of(&v))),
+                Some("failed" | "canceled" | "cancelled") => {
+                    return Err(ProviderError::new(
+                        ErrorClass::Failed,
+                        v["error"]["message"]
+                            .as_str()
+                            .unwrap_or("the check failed")
+                            .to_string(),
+                        cost_of(&v),
+                    ))
+                }
+                _ => {}
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(ProviderError::new(
+                    ErrorClass::Timeout,
+                    "the checker did not answer in time",
+                    Cost::Unknown,
+                ));
+            }
+            tokio::time::sleep(checker.poll_interval).await;
+            let r = self
+                .request(
+                    checker,
+                    reqwest::Method::GET,
+                    &format!("/v1/predictions/{id}"),
+                )
+                .send()
+                .await
+                .map_err(|e| {
+                    ProviderError::new(ErrorClass::Timeout, e.to_string(), Cost::Unknown)
+                })?;
+            if !r.status().is_success() {
+                return Err(classify(r, checker, Asked::Read).await);
+            }
+            v = r.json().await.map_err(|e| {
+                ProviderError::new(ErrorClass::Timeout, e.to_string(), Cost::Unknown)
+            })?;
+        }
+    }
+}
+
+/// An image as a data URI, for a provider's JSON.
+pub(crate) fn data_uri(bytes: &[u8]) -> String {
     let kind = match bytes {
         [0x89, b'P', b'N', b'G', ..] => "image/png",
         [0xFF, 0xD8, ..] => "image/jpeg",

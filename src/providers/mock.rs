@@ -2,7 +2,12 @@
 //! ("The mock provider"): submit with an `Idempotency-Key`, poll, look up by
 //! key, and per-test behaviours (429, 5xx, refusals, hangs, accept-then-drop,
 //! cost present or absent). It counts paid predictions per key, so a test
-//! can assert "paid once". Run as `tollgate-mock-provider`, a separate
+//! can assert "paid once". It also acts as a checker model (rule 14): a
+//! prediction whose input has `"task": "check"` answers with the next
+//! scripted checker answer (`{"check": [...]}`: an object returned as the
+//! output verbatim, or `"invalid_json"`, `"fail"`, `"down"`), or by default
+//! a pass for its purpose; every check it received is kept, its images
+//! reduced to their index, role and size, for `GET /_mock/checks`. Run as `tollgate-mock-provider`, a separate
 //! process that survives Tollgate's crash, or in-process via `router`.
 
 use axum::extract::{Path, Query, State};
@@ -98,6 +103,8 @@ struct Prediction {
     behaviour: Behaviour,
     created: Instant,
     cancelled: bool,
+    /// A check's answer, its output once it succeeds.
+    answer: Option<Value>,
 }
 
 #[derive(Default)]
@@ -108,7 +115,12 @@ struct Book {
     by_id: HashMap<String, usize>,
     /// Paid predictions per idempotency key ("" when a call had none).
     paid_by_key: BTreeMap<String, u64>,
+    /// Paid predictions that were not checks (the expensive calls).
     paid: u64,
+    /// Scripted checker answers, and the checks received.
+    checks: VecDeque<Value>,
+    received_checks: Vec<Value>,
+    paid_checks: u64,
 }
 
 #[derive(Clone)]
@@ -179,6 +191,7 @@ impl MockProvider {
             "status": status,
             "output": match (done, p.behaviour) {
                 (false, _) => Value::Null,
+                (true, _) if p.answer.is_some() => p.answer.clone().unwrap_or_default(),
                 (true, Behaviour::HtmlOutput) => json!(format!("{}/outputs/{}.html", self.config.public_base, p.id)),
                 (true, Behaviour::ForeignOutput) => json!("http://169.254.169.254/latest/meta-data/iam"),
                 (true, _) => json!(format!("{}/outputs/{}.png", self.config.public_base, p.id)),
@@ -198,6 +211,7 @@ impl MockProvider {
             .route("/outputs/{file}", get(output))
             .route("/_mock/script", post(script))
             .route("/_mock/stats", get(stats))
+            .route("/_mock/checks", get(checks))
             .with_state(self.clone())
     }
 }
@@ -214,8 +228,35 @@ fn error(status: StatusCode, code: &str, message: &str) -> Response {
 struct CreateBody {
     model: String,
     #[serde(default)]
-    #[allow(dead_code)]
     input: Value,
+}
+
+/// What a checker answers when nothing is scripted: a pass for its purpose.
+fn default_answer(purpose: &str) -> Value {
+    match purpose {
+        "readiness" => {
+            json!({"ready": true, "observation": "mock checker: the target is there", "questions": []})
+        }
+        "review" => {
+            json!({"verdict": "passed", "notes": "mock checker: the change is where it was asked"})
+        }
+        _ => {
+            json!({"outcome": "improved", "notes": "mock checker: the candidate follows the instruction"})
+        }
+    }
+}
+
+/// A received check as kept for `GET /_mock/checks`: its images reduced
+/// to their index, role and size.
+fn received(input: &Value) -> Value {
+    let mut kept = input.clone();
+    if let Some(images) = kept.get_mut("images").and_then(Value::as_array_mut) {
+        for i in images {
+            let len = i["image"].as_str().map_or(0, str::len);
+            i["image"] = json!(format!("<{len} characters>"));
+        }
+    }
+    kept
 }
 
 async fn create(
@@ -246,7 +287,27 @@ async fn create(
             return (StatusCode::OK, Json(m.prediction_json(p))).into_response();
         }
     }
-    let behaviour = m.book().script.pop_front().unwrap_or(Behaviour::Ok);
+    let is_check = body.input["task"] == "check";
+    let (behaviour, answer) = if is_check {
+        let mut book = m.book();
+        book.received_checks.push(received(&body.input));
+        let scripted = book.checks.pop_front();
+        let purpose = body.input["purpose"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        match scripted {
+            None => (Behaviour::Ok, Some(default_answer(&purpose))),
+            Some(Value::String(s)) if s == "down" => (Behaviour::Unavailable, None),
+            Some(Value::String(s)) if s == "fail" => (Behaviour::Fail, Some(Value::Null)),
+            Some(Value::String(s)) if s == "invalid_json" => {
+                (Behaviour::Ok, Some(json!("Sure! The edit looks {great")))
+            }
+            Some(answer) => (Behaviour::Ok, Some(answer)),
+        }
+    } else {
+        (m.book().script.pop_front().unwrap_or(Behaviour::Ok), None)
+    };
     match behaviour {
         Behaviour::RateLimit => {
             let mut r = error(StatusCode::TOO_MANY_REQUESTS, "rate_limited", "slow down");
@@ -295,8 +356,13 @@ async fn create(
                     behaviour,
                     created: Instant::now(),
                     cancelled: false,
+                    answer,
                 };
-                book.paid += 1;
+                if is_check {
+                    book.paid_checks += 1;
+                } else {
+                    book.paid += 1;
+                }
                 *book
                     .paid_by_key
                     .entry(key.clone().unwrap_or_default())
@@ -437,6 +503,9 @@ struct ScriptBody {
     next: Vec<Behaviour>,
     #[serde(default)]
     poll: Vec<PollBehaviour>,
+    /// Checker answers, in order.
+    #[serde(default)]
+    check: Vec<Value>,
 }
 
 async fn script(
@@ -447,12 +516,13 @@ async fn script(
         return error(
             StatusCode::UNPROCESSABLE_ENTITY,
             "invalid_script",
-            "send {\"next\": [behaviour, ...], \"poll\": [behaviour, ...]}",
+            "send {\"next\": [behaviour, ...], \"poll\": [behaviour, ...], \"check\": [answer, ...]}",
         );
     };
     let mut book = m.book();
     if book.script.len() + body.next.len() > SCRIPT_LEN_MAX
         || book.polls.len() + body.poll.len() > SCRIPT_LEN_MAX
+        || book.checks.len() + body.check.len() > SCRIPT_LEN_MAX
     {
         return error(
             StatusCode::UNPROCESSABLE_ENTITY,
@@ -462,13 +532,20 @@ async fn script(
     }
     book.script.extend(body.next);
     book.polls.extend(body.poll);
-    Json(json!({"queued": book.script.len(), "queued_polls": book.polls.len()})).into_response()
+    book.checks.extend(body.check);
+    Json(json!({"queued": book.script.len(), "queued_polls": book.polls.len(), "queued_checks": book.checks.len()})).into_response()
+}
+
+/// Every check received, oldest first.
+async fn checks(State(m): State<MockProvider>) -> Json<Value> {
+    Json(json!({"data": m.book().received_checks}))
 }
 
 async fn stats(State(m): State<MockProvider>) -> Json<Value> {
     let book = m.book();
     Json(json!({
         "paid_predictions": book.paid,
+        "paid_checks": book.paid_checks,
         "by_idempotency_key": book.paid_by_key,
         "predictions": book.predictions.iter().map(|p| json!({
             "id": p.id, "idempotency_key": p.key, "status": m.status_of(p),

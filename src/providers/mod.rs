@@ -3,6 +3,7 @@
 //! implementations, the attempt runner that owns retries and fallback, the
 //! model configuration, and the mock provider server tests call over HTTP.
 
+pub mod checker;
 pub mod config;
 pub mod http;
 pub mod local;

@@ -114,6 +114,13 @@ pub async fn generate(run: &mut Run<'_>) -> StoreResult<Generated> {
     } else {
         (Vec::new(), None)
     };
+    // Checker calls are attempts too: numbered with the rest, but never
+    // read as the edit's own (rule 14 asks them; rule 7 follows the edit's).
+    let mut previous = previous;
+    run.attempt_floor = run
+        .attempt_floor
+        .max(previous.iter().map(|a| a.attempt_no).max().unwrap_or(0));
+    previous.retain(|a| a.purpose == Purpose::Generate);
     let mut r = Runner {
         run,
         key,
@@ -209,7 +216,7 @@ fn end(attempt: AttemptId, outcome: AttemptOutcome) -> Op {
     Op::EndAttempt { attempt, outcome }
 }
 
-fn ended(
+pub(crate) fn ended(
     end: AttemptEnd,
     class: Option<&str>,
     message: &str,
@@ -825,7 +832,14 @@ impl Runner<'_, '_> {
                 if self.run.stopping() {
                     return Ok(Generated::Released);
                 }
-                let attempt_no = previous.iter().map(|a| a.attempt_no).max().unwrap_or(0) + 1;
+                let attempt_no = previous
+                    .iter()
+                    .map(|a| a.attempt_no)
+                    .max()
+                    .unwrap_or(0)
+                    .max(self.run.attempt_floor)
+                    + 1;
+                self.run.attempt_floor = attempt_no;
                 // Rule 11: no call is sent that the day cannot hold.
                 let Some(mut a) = self.begin(spec, attempt_no).await? else {
                     return Ok(failure(
