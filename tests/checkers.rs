@@ -90,6 +90,7 @@ async fn repair(db: &TestDb, u: &User, of: JobId, key: &str, instruction: &str) 
 }
 
 both_backends!(
+    the_local_checker_on_real_photographs,
     not_ready_stops_before_the_expensive_call,
     a_checker_that_cannot_answer_never_passes,
     each_comparison_decides_the_lineage,
@@ -304,4 +305,74 @@ async fn the_persons_words_reach_the_checker_as_data(db: TestDb) {
         .map(|i| i["role"].as_str().unwrap().split(':').next().unwrap())
         .collect();
     assert_eq!(roles, ["original", "current", "candidate"]);
+}
+
+/// The built-in local checker, through the whole engine, on photographs
+/// from tests/photos: a brick wall has no pet (questions, refund, nothing
+/// called), the astronaut is a person (edited), the rocket has no person.
+async fn the_local_checker_on_real_photographs(db: TestDb) {
+    let u = person(&db).await;
+    let photo = |name: &str| {
+        std::fs::read(format!(
+            "{}/tests/photos/{name}",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .unwrap()
+    };
+    let mut ids = Vec::new();
+    for (key, file, content_type, target, description) in [
+        ("brick", "brick.png", "image/png", "pet", "my cat"),
+        (
+            "astronaut",
+            "astronaut.png",
+            "image/png",
+            "person",
+            "the astronaut",
+        ),
+        ("rocket", "rocket.jpg", "image/jpeg", "person", "the pilot"),
+    ] {
+        let source = db
+            .tollgate
+            .upload_asset(&u, Some(content_type), photo(file).into())
+            .await
+            .unwrap();
+        let body = json!({"kind": "image_edit", "source": source.id,
+            "target": {"kind": target, "description": description}, "style": "quilt", "strength": "balanced"});
+        ids.push(
+            db.tollgate
+                .submit_job(&u, Some(key), &body)
+                .await
+                .unwrap()
+                .job
+                .id,
+        );
+    }
+    let brick = settled(&db, ids[0]).await;
+    let error = brick.error.clone().unwrap();
+    assert_eq!(error["code"], "NOT_READY");
+    assert!(
+        error["message"].as_str().unwrap().contains("stands apart"),
+        "{error}"
+    );
+    assert!(
+        error["questions"][0].as_str().unwrap().contains("my cat"),
+        "{error}"
+    );
+    assert!(
+        db.store().attempts(brick.id).await.unwrap().is_empty(),
+        "nothing was called"
+    );
+    let astronaut = settled(&db, ids[1]).await;
+    assert_eq!(
+        astronaut.status,
+        JobStatus::Succeeded,
+        "{:?}",
+        astronaut.error
+    );
+    let seen = astronaut.progress.readiness.unwrap().observation.unwrap();
+    assert!(seen.contains("face"), "{seen}");
+    let rocket = settled(&db, ids[2]).await;
+    assert_eq!(rocket.error.unwrap()["code"], "NOT_READY");
+    // Two refunds, one charge.
+    assert_eq!(balance(&db, &u).await, 100 - astronaut.credits.get());
 }
