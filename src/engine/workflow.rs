@@ -10,6 +10,7 @@ use crate::model::{
     direction, Comparison, ImageEdit, JobRequest, LineageEffect, Readiness, Review, Step, Verdict,
 };
 use crate::model::{AttemptEnd, AttemptId, Purpose};
+use crate::providers::config::Checker;
 use crate::providers::runner::{self, Generated};
 use crate::providers::{checker, local};
 use crate::store::{Applied, Finish, Hold, NewAttempt, NewParked, Op, StoreError, StoreResult};
@@ -127,9 +128,9 @@ async fn readiness(run: &mut Run<'_>) -> StoreResult<Next> {
     };
     let mask = run.t.asset_bytes(edit.target.mask).await?;
     let (kind, description) = (edit.target.kind, edit.target.description.clone());
-    if run.t.models().checker.is_some() {
+    if let Some(checker) = run.t.models().checker.clone() {
         let edit = edit.clone();
-        return checked_readiness(run, &edit, photo, mask).await;
+        return checked_readiness(run, &checker, &edit, photo, mask).await;
     }
     let size = photo.len() + mask.as_ref().map_or(0, Vec::len);
     let checked = on_cpu(run.t, size, move || {
@@ -197,9 +198,9 @@ async fn review(run: &mut Run<'_>) -> StoreResult<Next> {
         None => None,
     };
     let kind = edit.target.kind;
-    if run.t.models().checker.is_some() {
+    if let Some(checker) = run.t.models().checker.clone() {
         let edit = edit.clone();
-        let review = checked_review(run, &edit, photo, mask, out).await?;
+        let review = checked_review(run, &checker, &edit, photo, mask, out).await?;
         run.defer(step_event(
             Step::Review,
             json!({"verdict": review.verdict, "notes": review.notes}),
@@ -264,10 +265,11 @@ async fn compare(run: &mut Run<'_>) -> StoreResult<Next> {
         None => None,
     };
     let kind = edit.target.kind;
-    if run.t.models().checker.is_some() {
+    if let Some(checker) = run.t.models().checker.clone() {
         let edit = edit.clone();
         let comparison = checked_compare(
             run,
+            &checker,
             &edit,
             against,
             &instruction,
@@ -348,6 +350,7 @@ fn request_data(edit: &ImageEdit) -> serde_json::Value {
 /// that cannot answer fails it too, since nobody looked before paying.
 async fn checked_readiness(
     run: &mut Run<'_>,
+    checker: &Checker,
     edit: &ImageEdit,
     photo: Vec<u8>,
     mask: Option<Vec<u8>>,
@@ -356,9 +359,15 @@ async fn checked_readiness(
     if let Some(m) = &mask {
         images.push((ROLE_MASK, m));
     }
-    let asked = ask(run, Purpose::Readiness, &images, request_data(edit)).await?;
+    let asked = ask(
+        run,
+        checker,
+        Purpose::Readiness,
+        &images,
+        request_data(edit),
+    )
+    .await?;
     let answer = match asked {
-        Asked::Local => unreachable!("checked_readiness runs only with a checker configured"),
         Asked::Refused => {
             return Ok(Next::Fail(json!({"code": "SPENDING_PAUSED",
                 "message": "Spending is paused for today, so the photo could not be checked; your credits were refunded. Please try again later."})))
@@ -404,6 +413,7 @@ async fn checked_readiness(
 /// nonsense yields "not verified", never "passed".
 async fn checked_review(
     run: &mut Run<'_>,
+    checker: &Checker,
     edit: &ImageEdit,
     photo: Option<Vec<u8>>,
     mask: Option<Vec<u8>>,
@@ -422,8 +432,7 @@ async fn checked_review(
     }
     images.push(("result: the edit to review", &out));
     Ok(
-        match ask(run, Purpose::Review, &images, request_data(edit)).await? {
-            Asked::Local => unreachable!("checked_review runs only with a checker configured"),
+        match ask(run, checker, Purpose::Review, &images, request_data(edit)).await? {
             Asked::Refused => {
                 not_verified("spending is paused for today, so the result was not reviewed".into())
             }
@@ -443,8 +452,10 @@ async fn checked_review(
 
 /// The comparison by the configured checker; one that cannot answer keeps
 /// the previous version without stopping repairs.
+#[allow(clippy::too_many_arguments)]
 async fn checked_compare(
     run: &mut Run<'_>,
+    checker: &Checker,
     edit: &ImageEdit,
     against: crate::model::JobId,
     instruction: &str,
@@ -470,26 +481,25 @@ async fn checked_compare(
     ];
     let mut data = request_data(edit);
     data["repair_instruction"] = json!(instruction);
-    Ok(match ask(run, Purpose::Compare, &images, data).await? {
-        Asked::Local => unreachable!("checked_compare runs only with a checker configured"),
-        Asked::Refused => {
-            unknown("spending is paused for today, so the repair was not compared".into())
-        }
-        Asked::Answered(a) => match a.and_then(|out| checker::compare(&out)) {
-            Ok(c) => Comparison {
-                outcome: Some(c.outcome),
-                against,
-                notes: c.notes,
+    Ok(
+        match ask(run, checker, Purpose::Compare, &images, data).await? {
+            Asked::Refused => {
+                unknown("spending is paused for today, so the repair was not compared".into())
+            }
+            Asked::Answered(a) => match a.and_then(|out| checker::compare(&out)) {
+                Ok(c) => Comparison {
+                    outcome: Some(c.outcome),
+                    against,
+                    notes: c.notes,
+                },
+                Err(e) => unknown(format!("The comparison could not run: {e}")),
             },
-            Err(e) => unknown(format!("The comparison could not run: {e}")),
         },
-    })
+    )
 }
 
 /// What asking the configured checker came to.
 enum Asked {
-    /// No http checker: the local one measures instead.
-    Local,
     /// The day cannot hold the check's price (rule 11): nothing was sent.
     Refused,
     /// The checker's output, or why there is none.
@@ -501,13 +511,11 @@ enum Asked {
 /// next commit). Its failures are answers (`Err`), never a pass.
 async fn ask(
     run: &mut Run<'_>,
+    checker: &Checker,
     purpose: Purpose,
     images: &[(&str, &[u8])],
     data: serde_json::Value,
 ) -> StoreResult<Asked> {
-    let Some(checker) = run.t.models().checker.clone() else {
-        return Ok(Asked::Local);
-    };
     let job = run.job().clone();
     // Numbered after every attempt the job has, whichever run made it.
     let known = run
