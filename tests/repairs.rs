@@ -202,6 +202,18 @@ async fn a_repair_that_improves_is_delivered(db: TestDb) {
     assert_eq!(versions[0]["job"]["id"], original["id"]);
     assert_eq!(versions[0]["instruction"], Value::Null);
     assert_eq!(versions[1]["instruction"], "make the stitches bolder");
+    // A page of jobs carries each one's lineage, read for the page at once.
+    let (_, page) = a.get(&token, "/v1/jobs").await;
+    let listed: Vec<(Value, Value)> = page["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| (j["id"].clone(), j["lineage"]["repairs_left"].clone()))
+        .collect();
+    assert_eq!(
+        listed,
+        vec![(done["id"].clone(), json!(1)), (original["id"].clone(), json!(1))]
+    );
     // The same lineage from any version.
     let (_, again) = a
         .get(

@@ -8,7 +8,8 @@ use super::ApiJson;
 use crate::auth::{AnyUser, Authorized};
 use crate::error::{Error, Result};
 use crate::model::{
-    JobId, JobStatus, RawImageEdit, RawVideo, Resolution, Strength, TargetKind, Usd, STYLES,
+    JobId, JobKind, JobStatus, LineageState, RawImageEdit, RawVideo, Resolution, Strength,
+    TargetKind, Usd, STYLES,
 };
 use crate::store::{Attempt, Job};
 use crate::Tollgate;
@@ -205,10 +206,35 @@ async fn list_jobs(
     for a in t.store().attempts_of(&ids).await? {
         by_job.entry(a.job_id).or_default().push(a);
     }
-    let mut data = Vec::with_capacity(jobs.len());
-    for j in &jobs {
-        data.push(object(&t, j, by_job.get(&j.id).map(Vec::as_slice).unwrap_or(&[])).await?);
-    }
+    // And one for the page's lineages.
+    let roots: Vec<_> = jobs
+        .iter()
+        .filter(|j| j.kind == JobKind::ImageEdit)
+        .map(|j| j.root())
+        .collect();
+    let lineages: std::collections::HashMap<_, _> = t
+        .store()
+        .lineages_of(&roots)
+        .await?
+        .into_iter()
+        .map(|l| (l.root, l))
+        .collect();
+    let data = jobs
+        .iter()
+        .map(|j| {
+            let state = (j.kind == JobKind::ImageEdit).then(|| {
+                lineages
+                    .get(&j.root())
+                    .cloned()
+                    .unwrap_or_else(|| LineageState::fresh(j.root()))
+            });
+            JobObject::new(
+                j,
+                by_job.get(&j.id).map(Vec::as_slice).unwrap_or(&[]),
+                state.as_ref(),
+            )
+        })
+        .collect();
     Ok(Json(JobPage {
         data,
         has_more: next.is_some(),

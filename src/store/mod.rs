@@ -403,6 +403,14 @@ impl Store {
         dispatch!(self, s => s.lineage(root).await)
     }
 
+    /// The lineages of many roots in one read; roots without one are left out.
+    pub async fn lineages_of(
+        &self,
+        roots: &[JobId],
+    ) -> StoreResult<Vec<crate::model::LineageState>> {
+        dispatch!(self, s => s.lineages_of(roots).await)
+    }
+
     /// Every version of a lineage, the original first, then by creation.
     pub async fn lineage_versions(&self, root: JobId) -> StoreResult<Vec<Job>> {
         dispatch!(self, s => s.lineage_versions(root).await)

@@ -130,6 +130,24 @@ impl Backend {
         row.as_ref().map(lineage_from_row).transpose()
     }
 
+    /// The lineages of many roots in one read (a page of jobs).
+    pub async fn lineages_of(&self, roots: &[JobId]) -> StoreResult<Vec<LineageState>> {
+        if roots.is_empty() {
+            return Ok(Vec::new());
+        }
+        let marks: Vec<String> = (1..=roots.len()).map(|i| format!("${i}")).collect();
+        let sql = format!(
+            "SELECT root, delivered, repairs_used, stopped FROM lineages WHERE root IN ({})",
+            marks.join(", ")
+        );
+        let mut q = sqlx::query(&sql).persistent(false);
+        for r in roots {
+            q = q.bind(r.0);
+        }
+        let rows = q.fetch_all(&self.reader).await?;
+        rows.iter().map(lineage_from_row).collect()
+    }
+
     pub async fn lineage_versions(&self, root: JobId) -> StoreResult<Vec<Job>> {
         let sql = format!(
             "SELECT {JOB_COLUMNS} FROM jobs WHERE id = $1 OR lineage_root = $1 \
