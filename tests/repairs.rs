@@ -212,7 +212,10 @@ async fn a_repair_that_improves_is_delivered(db: TestDb) {
         .collect();
     assert_eq!(
         listed,
-        vec![(done["id"].clone(), json!(1)), (original["id"].clone(), json!(1))]
+        vec![
+            (done["id"].clone(), json!(1)),
+            (original["id"].clone(), json!(1))
+        ]
     );
     // The same lineage from any version.
     let (_, again) = a
