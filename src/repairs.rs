@@ -24,8 +24,10 @@ impl Tollgate {
         let key = check_idempotency_key(key)?;
         let job = self.visible_job(user, of).await?;
         if job.user_id != user.id {
-            // Reviewers and admins see the job; only its owner repairs it.
-            return Err(Error::Forbidden);
+            // Reviewers and admins see the job, but a repair is charged to
+            // its owner: only they ask for one. To anyone else it is not
+            // a job of theirs (as cancelling is to a reviewer).
+            return Err(Error::NotFound("job"));
         }
         let instruction = parse_repair(body).map_err(|e| Error::Invalid {
             message: e.summary(),

@@ -224,6 +224,9 @@ async fn every_route_answers_each_role_as_it_should(db: TestDb) {
                     // Reviewers see jobs, but only the owner or an admin
                     // cancels one (a reviewer decides parked work instead).
                     ("cancel_job", Role::Reviewer) => Seen::NotFound,
+                    // A repair is charged to the edit's owner: only they
+                    // ask for one; to anyone else the job is not theirs.
+                    ("submit_repair", Role::Reviewer | Role::Admin) => Seen::NotFound,
                     _ if p.user.role.allows(least) => Seen::Allowed,
                     _ => Seen::Forbidden,
                 };
