@@ -87,20 +87,20 @@ impl HttpProvider {
 }
 
 impl HttpProvider {
-    /// One checker call (rule 14): the question sent under our key, then
-    /// polled until it is answered or the checker's window passes. Returns
-    /// the prediction's `output` as it came (the checker module reads it
-    /// strictly) and what it cost.
-    pub async fn check(
+    /// `POST /v1/predictions` under our key, and the provider's answer.
+    /// What a failure proves about whether anything was created (and so
+    /// charged) decides its cost: refused before sending, nothing; sent
+    /// without an answer, it may have been accepted.
+    async fn create(
         &self,
-        checker: &ModelSpec,
+        model: &ModelSpec,
         input: &Value,
         key: &str,
-    ) -> Result<(Value, Cost), ProviderError> {
+    ) -> Result<Value, ProviderError> {
         let sent = self
-            .request(checker, reqwest::Method::POST, "/v1/predictions")
+            .request(model, reqwest::Method::POST, "/v1/predictions")
             .header("Idempotency-Key", key)
-            .json(&json!({"model": checker.remote_model, "input": input}))
+            .json(&json!({"model": model.remote_model, "input": input}))
             .send()
             .await;
         let r = match sent {
@@ -115,21 +115,34 @@ impl HttpProvider {
             Err(e) => {
                 return Err(ProviderError::new(
                     ErrorClass::Uncertain,
-                    format!("no answer to the check: {e}"),
+                    format!("no answer to the submission: {e}"),
                     Cost::Unknown,
                 ))
             }
         };
         if !r.status().is_success() {
-            return Err(classify(r, checker, Asked::Submit).await);
+            return Err(classify(r, model, Asked::Submit).await);
         }
-        let body: Value = r.json().await.map_err(|e| {
+        r.json().await.map_err(|e| {
             ProviderError::new(
                 ErrorClass::Uncertain,
-                format!("unreadable answer: {e}"),
+                format!("the submission's answer was unreadable: {e}"),
                 Cost::Unknown,
             )
-        })?;
+        })
+    }
+
+    /// One checker call (rule 14): the question sent under our key, then
+    /// polled until it is answered or the checker's window passes. Returns
+    /// the prediction's `output` as it came (the checker module reads it
+    /// strictly) and what it cost.
+    pub async fn check(
+        &self,
+        checker: &ModelSpec,
+        input: &Value,
+        key: &str,
+    ) -> Result<(Value, Cost), ProviderError> {
+        let body = self.create(checker, input, key).await?;
         // The id goes into a path: only plain ids are accepted.
         let Some(id) = body["id"].as_str().map(str::to_string).filter(|id| {
             !id.is_empty()
@@ -310,41 +323,7 @@ impl Provider for HttpProvider {
         input: &Input,
         key: &str,
     ) -> Result<Submission, ProviderError> {
-        let sent = self
-            .request(model, reqwest::Method::POST, "/v1/predictions")
-            .header("Idempotency-Key", key)
-            .json(&json!({"model": model.remote_model, "input": input_json(input)}))
-            .send()
-            .await;
-        let r = match sent {
-            Ok(r) => r,
-            // Refused before anything was sent: nothing can have been created.
-            Err(e) if e.is_connect() => {
-                return Err(ProviderError::new(
-                    ErrorClass::Unavailable,
-                    format!("cannot connect: {e}"),
-                    Cost::Nothing,
-                ))
-            }
-            // Sent, and no answer: it may have been accepted.
-            Err(e) => {
-                return Err(ProviderError::new(
-                    ErrorClass::Uncertain,
-                    format!("no answer to the submission: {e}"),
-                    Cost::Unknown,
-                ))
-            }
-        };
-        if !r.status().is_success() {
-            return Err(classify(r, model, Asked::Submit).await);
-        }
-        let body: Value = r.json().await.map_err(|e| {
-            ProviderError::new(
-                ErrorClass::Uncertain,
-                format!("the submission's answer was unreadable: {e}"),
-                Cost::Unknown,
-            )
-        })?;
+        let body = self.create(model, &input_json(input), key).await?;
         match body["id"].as_str() {
             Some(id) if !id.is_empty() => Ok(Submission::Accepted {
                 provider_job_id: id.to_string(),

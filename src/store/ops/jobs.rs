@@ -98,25 +98,7 @@ impl Backend {
             return Ok(Submitted::Existing(job_from_row(&row)?));
         };
         let job = job_from_row(&row)?;
-        sqlx::query(
-            "INSERT INTO ledger (id, user_id, amount, kind, reference, actor_id, reason, created_at) \
-             VALUES ($1, $2, $3, 'debit', $4, NULL, NULL, $5)",
-        )
-        .bind(uuid::Uuid::new_v4())
-        .bind(new.user_id.0)
-        .bind(-new.credits.0)
-        .bind(format!("debit:job:{}", new.id))
-        .bind(new.created_at)
-        .execute(&mut *tx)
-        .await?;
-        let mut statements = 2;
-        if let Some(ring) = super::super::RING {
-            sqlx::query(ring)
-                .bind(new.id.to_string())
-                .execute(&mut *tx)
-                .await?;
-            statements += 1;
-        }
+        let statements = 1 + charge_in(&mut tx, new, None).await?;
         tx.commit().await?;
         self.committed(Purpose::Submit, statements);
         Ok(Submitted::Created(job))
@@ -273,6 +255,36 @@ impl Backend {
 /// inserted do-nothing-on-conflict, and only for a job that is failed or
 /// cancelled. True when this call refunded (and then it goes on the
 /// timeline).
+/// Rule 2's charge of a job just inserted, in its transaction (the
+/// ledger's trigger aborts both when the balance cannot pay), and its
+/// doorbell on PostgreSQL. Returns the statements it took.
+pub(super) async fn charge_in(
+    conn: &mut Conn,
+    new: &NewJob,
+    reason: Option<&str>,
+) -> StoreResult<u64> {
+    sqlx::query(
+        "INSERT INTO ledger (id, user_id, amount, kind, reference, actor_id, reason, created_at) \
+         VALUES ($1, $2, $3, 'debit', $4, NULL, $5, $6)",
+    )
+    .bind(uuid::Uuid::new_v4())
+    .bind(new.user_id.0)
+    .bind(-new.credits.0)
+    .bind(format!("debit:job:{}", new.id))
+    .bind(reason)
+    .bind(new.created_at)
+    .execute(&mut *conn)
+    .await?;
+    if let Some(ring) = super::super::RING {
+        sqlx::query(ring)
+            .bind(new.id.to_string())
+            .execute(&mut *conn)
+            .await?;
+        return Ok(2);
+    }
+    Ok(1)
+}
+
 pub(super) async fn refund_in(conn: &mut Conn, job: JobId, at: DateTime<Utc>) -> StoreResult<bool> {
     let r = sqlx::query(
         "INSERT INTO ledger (id, user_id, amount, kind, reference, actor_id, reason, created_at) \

@@ -96,25 +96,7 @@ impl Backend {
             return Ok(Submitted::Existing(job_from_row(&row)?));
         };
         let job = job_from_row(&row)?;
-        sqlx::query(
-            "INSERT INTO ledger (id, user_id, amount, kind, reference, actor_id, reason, created_at) \
-             VALUES ($1, $2, $3, 'debit', $4, NULL, 'repair', $5)",
-        )
-        .bind(uuid::Uuid::new_v4())
-        .bind(j.user_id.0)
-        .bind(-j.credits.0)
-        .bind(format!("debit:job:{}", j.id))
-        .bind(j.created_at)
-        .execute(&mut *tx)
-        .await?;
-        let mut statements = 5;
-        if let Some(ring) = super::super::RING {
-            sqlx::query(ring)
-                .bind(j.id.to_string())
-                .execute(&mut *tx)
-                .await?;
-            statements += 1;
-        }
+        let statements = 4 + super::jobs::charge_in(&mut tx, j, Some("repair")).await?;
         tx.commit().await?;
         self.committed(Purpose::Submit, statements);
         Ok(Submitted::Created(job))
