@@ -46,14 +46,11 @@ impl Tollgate {
             ));
         }
         // The key is bound to the job named and the instruction.
-        let hash: String = Sha256::digest(
+        let hash = hex::encode(Sha256::digest(
             serde_json::json!({"repair_of": of, "instruction": instruction})
                 .to_string()
                 .as_bytes(),
-        )
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
+        ));
         // Charged like its parent: the same request priced the same way.
         let q = quote(self.catalogue(), &job.request);
         let new = NewRepair {

@@ -90,6 +90,7 @@ async fn repair(db: &TestDb, u: &User, of: JobId, key: &str, instruction: &str) 
 }
 
 both_backends!(
+    a_check_a_dead_run_left_open_is_asked_again_under_its_key,
     the_local_checker_on_real_photographs,
     not_ready_stops_before_the_expensive_call,
     a_checker_that_cannot_answer_never_passes,
@@ -375,4 +376,72 @@ async fn the_local_checker_on_real_photographs(db: TestDb) {
     assert_eq!(rocket.error.unwrap()["code"], "NOT_READY");
     // Two refunds, one charge.
     assert_eq!(balance(&db, &u).await, 100 - astronaut.credits.get());
+}
+
+/// A run that sent its readiness check and died before it recorded the
+/// answer: the next run asks again under the same key (the idempotent mock
+/// answers without a second charge) instead of making a new call.
+async fn a_check_a_dead_run_left_open_is_asked_again_under_its_key(db: TestDb) {
+    use tollgate::model::{AttemptId, AttemptState, Usd};
+    use tollgate::store::{Hold, NewAttempt, Op, Unit};
+    let m = mock().await;
+    let db = db.with_config(&config(&m)).await;
+    let u = person(&db).await;
+    let id = edit(&db, &u, "e1", "the dog").await;
+    let claim = db
+        .store()
+        .claim_jobs("dead", 1, 1.0)
+        .await
+        .unwrap()
+        .remove(0);
+    let key = format!("{id}:1");
+    let attempt = NewAttempt {
+        id: AttemptId::new(),
+        job_id: id,
+        purpose: Purpose::Readiness,
+        provider: "http".into(),
+        endpoint: Some(m.base.clone()),
+        model: "mock-checker".into(),
+        attempt_no: 1,
+        idempotency_key: key.clone(),
+        hold: Some(Hold {
+            day: chrono::Utc::now().date_naive(),
+            amount: Usd::parse("0.01").unwrap(),
+            default_cap: Usd::parse("50").unwrap(),
+        }),
+        started_at: chrono::Utc::now(),
+    };
+    db.store()
+        .apply_one(Unit {
+            job: id,
+            token: claim.token,
+            ops: vec![Op::BeginAttempt(attempt)],
+        })
+        .await
+        .unwrap();
+    // The dead run's call reached the checker, and was paid.
+    let sent = reqwest::Client::new()
+        .post(format!("{}/v1/predictions", m.base))
+        .header("Idempotency-Key", &key)
+        .json(&json!({"model": "mock-checker", "input": {"task": "check", "purpose": "readiness"}}))
+        .send()
+        .await
+        .unwrap();
+    assert!(sent.status().is_success());
+    assert_eq!(m.stats().await["paid_checks"], 1);
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let job = settled(&db, id).await;
+    assert_eq!(job.status, JobStatus::Succeeded, "{:?}", job.error);
+    let readiness: Vec<_> = db
+        .store()
+        .attempts(id)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|a| a.purpose == Purpose::Readiness)
+        .collect();
+    assert_eq!(readiness.len(), 1, "asked again, not anew");
+    assert_eq!(readiness[0].state, AttemptState::Succeeded);
+    // The review is the only other check paid.
+    assert_eq!(m.stats().await["paid_checks"], 2);
 }

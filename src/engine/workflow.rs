@@ -517,38 +517,43 @@ async fn ask(
     data: serde_json::Value,
 ) -> StoreResult<Asked> {
     let job = run.job().clone();
-    // Numbered after every attempt the job has, whichever run made it.
-    let known = run
-        .t
-        .store()
-        .attempts(job.id)
-        .await?
+    let attempts = run.t.store().attempts(job.id).await?;
+    // Rule 7: a check a run that died left open is asked again under its
+    // own key (an idempotent checker answers it without charging twice),
+    // never as a new call; its hold is already booked.
+    let open = attempts
         .iter()
-        .map(|a| a.attempt_no)
-        .max()
-        .unwrap_or(0);
-    let attempt_no = known.max(run.attempt_floor) + 1;
-    run.attempt_floor = attempt_no;
-    let new = NewAttempt {
-        id: AttemptId::new(),
-        job_id: job.id,
-        purpose,
-        provider: checker.spec.provider_name().into(),
-        endpoint: checker.spec.endpoint.clone(),
-        model: checker.spec.id.clone(),
-        attempt_no,
-        idempotency_key: format!("{}:{attempt_no}", job.id),
-        hold: Some(Hold {
-            day: Utc::now().date_naive(),
-            amount: checker.price,
-            default_cap: run.t.config().daily_cap_usd,
-        }),
-        started_at: Utc::now(),
+        .find(|a| a.purpose == purpose && a.model == checker.spec.id && a.state.is_open());
+    let (attempt, key) = match open {
+        Some(a) => (a.id, a.idempotency_key.clone()),
+        None => {
+            // Numbered after every attempt the job has, whichever run made it.
+            let known = attempts.iter().map(|a| a.attempt_no).max().unwrap_or(0);
+            let attempt_no = known.max(run.attempt_floor) + 1;
+            run.attempt_floor = attempt_no;
+            let new = NewAttempt {
+                id: AttemptId::new(),
+                job_id: job.id,
+                purpose,
+                provider: checker.spec.provider_name().into(),
+                endpoint: checker.spec.endpoint.clone(),
+                model: checker.spec.id.clone(),
+                attempt_no,
+                idempotency_key: format!("{}:{attempt_no}", job.id),
+                hold: Some(Hold {
+                    day: Utc::now().date_naive(),
+                    amount: checker.price,
+                    default_cap: run.t.config().daily_cap_usd,
+                }),
+                started_at: Utc::now(),
+            };
+            let begun = (new.id, new.idempotency_key.clone());
+            if let Applied::Refused = run.commit(vec![Op::BeginAttempt(new)]).await? {
+                return Ok(Asked::Refused);
+            }
+            begun
+        }
     };
-    let (attempt, key) = (new.id, new.idempotency_key.clone());
-    if let Applied::Refused = run.commit(vec![Op::BeginAttempt(new)]).await? {
-        return Ok(Asked::Refused);
-    }
     let input = checker::input(purpose, images, data);
     let started = std::time::Instant::now();
     let answer = run

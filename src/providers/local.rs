@@ -741,7 +741,8 @@ pub fn repair(
     }
 }
 
-/// Mean colour distance from the photo inside and outside the region.
+/// Mean colour distance from the photo inside and outside the region
+/// (the review's measure and the comparison's).
 fn change(photo: &RgbImage, other: &RgbImage, region: &GrayImage) -> (f64, f64) {
     let (mut inside, mut n_in, mut outside, mut n_out) = (0f64, 0f64, 0f64, 0f64);
     for (x, y, p) in photo.enumerate_pixels() {
@@ -856,18 +857,7 @@ pub fn review(photo: &RgbImage, output: &RgbImage, region: &GrayImage) -> Review
         );
         &resized
     };
-    let (mut inside, mut n_in, mut outside, mut n_out) = (0f64, 0f64, 0f64, 0f64);
-    for (x, y, p) in photo.enumerate_pixels() {
-        let d = dist(p, output.get_pixel(x, y));
-        if region.get_pixel(x, y)[0] > 0 {
-            inside += d;
-            n_in += 1.0;
-        } else {
-            outside += d;
-            n_out += 1.0;
-        }
-    }
-    let (inside, outside) = (inside / n_in.max(1.0), outside / n_out.max(1.0));
+    let (inside, outside) = change(photo, output, region);
     if inside < 6.0 {
         Review {
             verdict: "issues",

@@ -8,6 +8,8 @@ use super::*;
 use crate::model::{LineageEffect, LineageState, RepairRefusal, REPAIRS_MAX};
 use chrono::{DateTime, Utc};
 
+const LINEAGE_COLUMNS: &str = "root, delivered, repairs_used, stopped";
+
 fn lineage_from_row(r: &Row) -> StoreResult<LineageState> {
     let used: i32 = r.try_get("repairs_used")?;
     Ok(LineageState {
@@ -103,9 +105,9 @@ impl Backend {
     }
 
     pub async fn lineage(&self, root: JobId) -> StoreResult<Option<LineageState>> {
-        let row = sqlx::query(
-            "SELECT root, delivered, repairs_used, stopped FROM lineages WHERE root = $1",
-        )
+        let row = sqlx::query(&format!(
+            "SELECT {LINEAGE_COLUMNS} FROM lineages WHERE root = $1"
+        ))
         .bind(root.0)
         .fetch_optional(&self.reader)
         .await?;
@@ -119,7 +121,7 @@ impl Backend {
         }
         let marks: Vec<String> = (1..=roots.len()).map(|i| format!("${i}")).collect();
         let sql = format!(
-            "SELECT root, delivered, repairs_used, stopped FROM lineages WHERE root IN ({})",
+            "SELECT {LINEAGE_COLUMNS} FROM lineages WHERE root IN ({})",
             marks.join(", ")
         );
         let mut q = sqlx::query(&sql).persistent(false);
@@ -149,11 +151,12 @@ pub(super) async fn lineage_in(conn: &mut Conn, job: &Job) -> StoreResult<Option
     if job.kind != JobKind::ImageEdit {
         return Ok(None);
     }
-    let row =
-        sqlx::query("SELECT root, delivered, repairs_used, stopped FROM lineages WHERE root = $1")
-            .bind(job.root().0)
-            .fetch_optional(&mut *conn)
-            .await?;
+    let row = sqlx::query(&format!(
+        "SELECT {LINEAGE_COLUMNS} FROM lineages WHERE root = $1"
+    ))
+    .bind(job.root().0)
+    .fetch_optional(&mut *conn)
+    .await?;
     Ok(Some(match row {
         Some(r) => lineage_from_row(&r)?,
         None => LineageState::fresh(job.root()),
