@@ -318,12 +318,24 @@ async fn throughput() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     println!("| backend | jobs | in flight | jobs/s drained by one worker node | transactions per job (group commits) | claim transactions per job | statements per job | heartbeats per job | CPU ms per job: worker / mock / PostgreSQL |");
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
-    let (pg, row) = drain(Backend::Postgres, &bin, (&base, mock.id()), jobs, workers).await;
-    println!("{row}");
-    let (_, row) = drain(Backend::Sqlite, &bin, (&base, mock.id()), jobs, workers).await;
-    println!("{row}");
+    // `--only postgres` or `--only sqlite` drains one backend and skips
+    // graphile-worker (for profiling one side).
+    let only = arg("--only", "");
+    let mut pg = 0.0;
+    if only != "sqlite" {
+        let (rate, row) = drain(Backend::Postgres, &bin, (&base, mock.id()), jobs, workers).await;
+        pg = rate;
+        println!("{row}");
+    }
+    if only != "postgres" {
+        let (_, row) = drain(Backend::Sqlite, &bin, (&base, mock.id()), jobs, workers).await;
+        println!("{row}");
+    }
     let _ = mock.kill();
     let _ = mock.wait();
+    if !only.is_empty() {
+        return;
+    }
     let mut best: f64 = 0.0;
     for concurrency in [16usize, 64] {
         let r = graphile(jobs, concurrency).await;

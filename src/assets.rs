@@ -229,8 +229,6 @@ impl Tollgate {
         }
     }
 
-    /// An asset's bytes, for the engine's own reading; `None` when the asset
-    /// or its object is gone.
     /// A succeeded job's stored output, whole (a repair's previous version).
     pub(crate) async fn job_output_bytes(
         &self,
@@ -238,17 +236,6 @@ impl Tollgate {
     ) -> crate::store::StoreResult<Option<Vec<u8>>> {
         match self.store().job_output(job).await? {
             Some((key, _)) => self.object_bytes(&key).await,
-            None => Ok(None),
-        }
-    }
-
-    pub(crate) async fn asset_bytes(
-        &self,
-        id: Option<AssetId>,
-    ) -> crate::store::StoreResult<Option<Vec<u8>>> {
-        let Some(id) = id else { return Ok(None) };
-        match self.store().asset(id).await? {
-            Some(a) => self.object_bytes(&a.object_key).await,
             None => Ok(None),
         }
     }

@@ -487,7 +487,9 @@ async fn a_crash_after_posting_sends_again_under_the_same_id(db: TestDb) {
         .await
         .unwrap();
     // A dispatcher claims it (a one-second lease) and dies after posting,
-    // before it could record the answer.
+    // before it could record the answer. (SQLite's clock has millisecond
+    // steps: a delivery due this microsecond is claimable from the next.)
+    tokio::time::sleep(Duration::from_millis(5)).await;
     let mut claimed = db
         .store()
         .claim_deliveries("dying-node", 10, 1.0)

@@ -8,7 +8,7 @@
 //! the unit that writes its attempt is acknowledged (rule 7).
 
 use super::committer::Committer;
-use crate::model::Progress;
+use crate::model::{AssetId, Progress};
 use crate::store::{Applied, Claim, Job, Op, StoreError, StoreResult, Unit};
 use crate::Tollgate;
 use std::time::Duration;
@@ -28,6 +28,10 @@ pub struct Run<'a> {
     /// The highest attempt number this run has used (checker calls
     /// included), so the next attempt of any purpose is numbered after it.
     pub attempt_floor: i32,
+    /// Where the assets this run read are stored: an asset's object never
+    /// moves, so one look-up per run rather than one per step. The bytes
+    /// themselves are not kept (a run waiting on a provider holds none).
+    asset_keys: std::sync::Mutex<Vec<(AssetId, Option<String>)>>,
 }
 
 impl<'a> Run<'a> {
@@ -46,11 +50,34 @@ impl<'a> Run<'a> {
             progress_changed: false,
             deferred: Vec::new(),
             attempt_floor: 0,
+            asset_keys: Default::default(),
         }
     }
 
     pub fn job(&self) -> &Job {
         &self.claim.job
+    }
+
+    /// An asset's bytes; `None` when the asset or its object is gone.
+    pub async fn asset_bytes(&self, id: Option<AssetId>) -> StoreResult<Option<Vec<u8>>> {
+        let Some(id) = id else { return Ok(None) };
+        let keys = || self.asset_keys.lock().unwrap_or_else(|e| e.into_inner());
+        let known = keys()
+            .iter()
+            .find(|(a, _)| *a == id)
+            .map(|(_, k)| k.clone());
+        let key = match known {
+            Some(k) => k,
+            None => {
+                let k = self.t.store().asset(id).await?.map(|a| a.object_key);
+                keys().push((id, k.clone()));
+                k
+            }
+        };
+        match key {
+            Some(k) => self.t.object_bytes(&k).await,
+            None => Ok(None),
+        }
     }
 
     /// Records a step's output in the progress (written with the next commit).

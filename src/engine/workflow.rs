@@ -121,12 +121,12 @@ async fn readiness(run: &mut Run<'_>) -> StoreResult<Next> {
     let JobRequest::ImageEdit(edit) = &run.job().request else {
         return Ok(Next::Continue);
     };
-    let Some(photo) = run.t.asset_bytes(Some(edit.source)).await? else {
+    let Some(photo) = run.asset_bytes(Some(edit.source)).await? else {
         return Ok(Next::Fail(
             json!({"code": "SOURCE_MISSING", "message": "The uploaded photo could not be read."}),
         ));
     };
-    let mask = run.t.asset_bytes(edit.target.mask).await?;
+    let mask = run.asset_bytes(edit.target.mask).await?;
     let (kind, description) = (edit.target.kind, edit.target.description.clone());
     if let Some(checker) = run.t.models().checker.clone() {
         let edit = edit.clone();
@@ -190,8 +190,8 @@ async fn review(run: &mut Run<'_>) -> StoreResult<Next> {
     let JobRequest::ImageEdit(edit) = &run.job().request else {
         return Ok(Next::Continue);
     };
-    let photo = run.t.asset_bytes(Some(edit.source)).await?;
-    let mask = run.t.asset_bytes(edit.target.mask).await?;
+    let photo = run.asset_bytes(Some(edit.source)).await?;
+    let mask = run.asset_bytes(edit.target.mask).await?;
     let key = run.progress.output.as_ref().map(|o| o.key.clone());
     let out = match key {
         Some(k) => run.t.object_bytes(&k).await?,
@@ -256,8 +256,8 @@ async fn compare(run: &mut Run<'_>) -> StoreResult<Next> {
         None => job.repair_of.unwrap_or(job.root()),
     };
     let instruction = job.instruction.clone().unwrap_or_default();
-    let photo = run.t.asset_bytes(Some(edit.source)).await?;
-    let mask = run.t.asset_bytes(edit.target.mask).await?;
+    let photo = run.asset_bytes(Some(edit.source)).await?;
+    let mask = run.asset_bytes(edit.target.mask).await?;
     let previous = run.t.job_output_bytes(against).await?;
     let key = run.progress.output.as_ref().map(|o| o.key.clone());
     let candidate = match key {

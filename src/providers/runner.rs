@@ -310,10 +310,10 @@ impl Runner<'_, '_> {
         let job = self.run.job();
         let (photo, mask) = match &job.request {
             JobRequest::ImageEdit(e) => (
-                self.run.t.asset_bytes(Some(e.source)).await?,
-                self.run.t.asset_bytes(e.target.mask).await?,
+                self.run.asset_bytes(Some(e.source)).await?,
+                self.run.asset_bytes(e.target.mask).await?,
             ),
-            JobRequest::Video(v) => (self.run.t.asset_bytes(v.source).await?, None),
+            JobRequest::Video(v) => (self.run.asset_bytes(v.source).await?, None),
         };
         let previous = match job.repair_of {
             Some(parent) => self.run.t.job_output_bytes(parent).await?,

@@ -48,6 +48,12 @@ impl Type<Postgres> for Usd {
     }
 }
 
+impl sqlx::postgres::PgHasArrayType for Usd {
+    fn array_type_info() -> PgTypeInfo {
+        <Decimal as sqlx::postgres::PgHasArrayType>::array_type_info()
+    }
+}
+
 impl Encode<'_, Postgres> for Usd {
     fn encode_by_ref(&self, buf: &mut PgArgumentBuffer) -> Result<IsNull, BoxDynError> {
         <Decimal as Encode<'_, Postgres>>::encode(self.decimal(), buf)

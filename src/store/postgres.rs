@@ -47,6 +47,41 @@ macro_rules! for_update_skip_locked {
     };
 }
 
+/// A locking read's lock on one of its tables only (the others may be the
+/// nullable side of a join, or a set of rows).
+macro_rules! for_update_of {
+    ($t:literal) => {
+        concat!("FOR UPDATE OF ", $t)
+    };
+}
+
+/// A set of rows for one statement, named `v`: each column is bound as an
+/// array (`col`) and `UNNEST` zips them back into rows, so many runs' writes
+/// of one kind take one statement.
+macro_rules! rows {
+    ($p0:literal $n0:ident $(, $p:literal $n:ident)* $(,)?) => {
+        concat!(
+            "UNNEST(", $p0, $(", ", $p,)* ") AS v(",
+            stringify!($n0), $(", ", stringify!($n),)* ")"
+        )
+    };
+}
+
+type Query<'q> = sqlx::query::Query<'q, Db, sqlx::postgres::PgArguments>;
+
+/// How the items of a `rows!` statement are sent: all in one statement.
+fn row_chunks<T>(items: &[T]) -> std::slice::Chunks<'_, T> {
+    items.chunks(items.len().max(1))
+}
+
+/// Binds one column of a `rows!` set: every item's value, as one array.
+fn col<'q, T, V>(q: Query<'q>, items: &[T], f: impl Fn(&T) -> V) -> Query<'q>
+where
+    Vec<V>: 'q + sqlx::Encode<'q, Db> + sqlx::Type<Db>,
+{
+    q.bind(items.iter().map(f).collect::<Vec<V>>())
+}
+
 // The one source of every statement, compiled for this backend (the other
 // backend compiles it too: that is the point, not an accident).
 #[allow(clippy::duplicate_mod)]
@@ -59,10 +94,6 @@ const CONNECTIONS_MAX: u32 = 16;
 
 /// The LISTEN/NOTIFY channel that carries queued job ids between nodes.
 pub const JOBS_CHANNEL: &str = "tollgate_jobs";
-
-/// Whether a batch locks its jobs' rows first (in one order), so that it
-/// cannot deadlock with a cancel.
-const LOCKS_ROWS: bool = true;
 
 /// Rule 4: a doorbell carrying only the id, rung in the transaction that
 /// queues the job, so it is heard only once that commits.

@@ -53,6 +53,40 @@ macro_rules! for_update_skip_locked {
     };
 }
 
+/// No row locks: the single writer connection serialises every write.
+macro_rules! for_update_of {
+    ($t:literal) => {
+        ""
+    };
+}
+
+/// A set of rows for one statement, named `v`: SQLite has no arrays, so the
+/// statement runs once per item (`row_chunks`), its one row bound as plain
+/// values (`col`). In process, a statement costs microseconds.
+macro_rules! rows {
+    ($p0:literal $n0:ident $(, $p:literal $n:ident)* $(,)?) => {
+        concat!(
+            "(SELECT ", $p0, " AS ", stringify!($n0),
+            $(", ", $p, " AS ", stringify!($n),)* ") AS v"
+        )
+    };
+}
+
+type Query<'q> = sqlx::query::Query<'q, Db, sqlx::sqlite::SqliteArguments<'q>>;
+
+/// How the items of a `rows!` statement are sent: one statement each.
+fn row_chunks<T>(items: &[T]) -> std::slice::Chunks<'_, T> {
+    items.chunks(1)
+}
+
+/// Binds one column of a `rows!` set: the one item's value.
+fn col<'q, T, V>(q: Query<'q>, items: &[T], f: impl Fn(&T) -> V) -> Query<'q>
+where
+    V: 'q + sqlx::Encode<'q, Db> + sqlx::Type<Db>,
+{
+    q.bind(f(&items[0]))
+}
+
 // The one source of every statement, compiled for this backend (the other
 // backend compiles it too: that is the point, not an accident).
 #[allow(clippy::duplicate_mod)]
@@ -62,10 +96,6 @@ mod ops;
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
 
 const READERS_MAX: u32 = 8;
-
-/// Whether a batch locks its jobs' rows first: the single writer already
-/// serialises every write.
-const LOCKS_ROWS: bool = false;
 
 /// A doorbell other nodes can hear: SQLite is one node, so none.
 const RING: Option<&str> = None;

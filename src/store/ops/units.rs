@@ -12,16 +12,11 @@ use chrono::Utc;
 /// applied again before its units are applied one by one.
 const TRANSIENT_RETRIES_MAX: u32 = 3;
 
+/// How many jobs one locking read names at most.
+const JOBS_PER_LOCK: usize = 500;
+
 /// How many explicit events go in one statement (four parameters each).
 const EVENTS_PER_STATEMENT: usize = 200;
-
-/// What applying one unit came to inside the batch's transaction.
-enum Ran {
-    Applied(Applied),
-    /// The token went stale after the unit had written: the batch must be
-    /// rolled back and applied again without it.
-    StaleAfterWrites,
-}
 
 /// What a batch came to.
 enum Batch {
@@ -84,53 +79,183 @@ impl Backend {
 
     async fn apply_batch(&self, units: &[Unit], skip: &[bool]) -> StoreResult<Batch> {
         let mut tx = self.writer.begin().await?;
-        let mut applied = Vec::with_capacity(units.len());
-        let mut events = Vec::new();
         let mut statements = 0u64;
-        if super::super::LOCKS_ROWS {
-            // Every unit's job row first, in one order: a cancel (job, then
-            // the day's budget row through its triggers) can then never
-            // hold a job this batch waits for while waiting for the budget
-            // row this batch holds.
-            let mut jobs: Vec<uuid::Uuid> = units
-                .iter()
-                .zip(skip)
-                .filter(|(_, s)| !**s)
-                .map(|(u, _)| u.job.0)
-                .collect();
-            jobs.sort_unstable();
-            jobs.dedup();
-            if !jobs.is_empty() {
-                let marks: Vec<String> = (1..=jobs.len()).map(|i| format!("${i}")).collect();
-                let sql = format!(
-                    concat!(
-                        "SELECT id FROM jobs WHERE id IN ({}) ORDER BY id ",
-                        for_update!()
-                    ),
-                    marks.join(", ")
-                );
-                let mut q = sqlx::query(&sql).persistent(false);
-                for j in &jobs {
-                    q = q.bind(j);
+        let held = holders(&mut tx, units, skip, &mut statements).await?;
+        let mut going: Vec<Going> = units
+            .iter()
+            .zip(held)
+            .map(|(unit, held)| Going {
+                unit,
+                steps: steps(&unit.ops),
+                next: 0,
+                wrote: false,
+                ended: (!held).then_some(Applied::Stale),
+                stored: None,
+                events: Vec::new(),
+            })
+            .collect();
+        // Phase by phase: the next step of every unit still going, grouped
+        // by kind, one statement per kind. A unit's own steps keep their
+        // order; different units' steps touch different jobs.
+        loop {
+            let mut phase = Phase::default();
+            for (i, g) in going.iter_mut().enumerate() {
+                if g.ended.is_some() {
+                    continue;
                 }
-                q.fetch_all(&mut *tx).await?;
-                statements += 1;
+                // Events take no statement: they go in with the batch's last.
+                while let Some(Step::Op(Op::Event { kind, detail })) = g.steps.get(g.next) {
+                    g.events.push(Event {
+                        job: g.unit.job,
+                        kind: kind.clone(),
+                        detail: detail.clone(),
+                    });
+                    g.next += 1;
+                }
+                let Some(step) = g.steps.get(g.next).copied() else {
+                    continue;
+                };
+                let (job, token) = (g.unit.job, g.unit.token);
+                match step {
+                    Step::Op(Op::Progress(p)) => phase.progress.push((i, job, token, p)),
+                    Step::Op(Op::BeginAttempt(a)) => phase.begin.push((i, token, a)),
+                    Step::Op(Op::Submitted {
+                        attempt,
+                        provider_job_id,
+                    }) => phase
+                        .submitted
+                        .push((i, job, token, *attempt, provider_job_id)),
+                    Step::Op(Op::EndAttempt { attempt, outcome }) => {
+                        phase.ended.push((i, job, token, *attempt, outcome))
+                    }
+                    Step::End(
+                        Op::Finish(Finish::Succeeded {
+                            output_key,
+                            content_type,
+                            review,
+                            lineage,
+                        }),
+                        progress,
+                    ) => phase.succeeded.push(Succeeded {
+                        unit: i,
+                        job,
+                        token,
+                        output_key,
+                        content_type,
+                        review: review.as_ref(),
+                        lineage: *lineage,
+                        progress,
+                    }),
+                    _ => phase.one_by_one.push(i),
+                }
+            }
+            if phase.is_empty() {
+                break;
+            }
+            let mut moved = vec![false; going.len()];
+            if !phase.progress.is_empty() {
+                let rows: Vec<_> = phase.progress.iter().map(|r| (r.1, r.2, r.3)).collect();
+                let took = progress_many(&mut tx, &rows, &mut statements).await?;
+                for (i, job, ..) in &phase.progress {
+                    moved[*i] = took.contains(&job.0);
+                }
+            }
+            if !phase.begin.is_empty() {
+                let rows: Vec<_> = phase.begin.iter().map(|r| (r.1, r.2)).collect();
+                let took = begin_many(&mut tx, &rows, &mut statements).await?;
+                for (i, _, a) in &phase.begin {
+                    if took.contains(&a.id.0) {
+                        moved[*i] = true;
+                    } else {
+                        // The day is halted or its cap too close: this op
+                        // and the ones after it write nothing (rule 11).
+                        going[*i].ended = Some(Applied::Refused);
+                    }
+                }
+            }
+            if !phase.submitted.is_empty() {
+                let rows: Vec<_> = phase
+                    .submitted
+                    .iter()
+                    .map(|r| (r.1, r.2, r.3, r.4.as_str()))
+                    .collect();
+                submitted_many(&mut tx, &rows, &mut statements).await?;
+                // One not updated is a repeat: it is past `submitting`.
+                for (i, ..) in &phase.submitted {
+                    moved[*i] = true;
+                }
+            }
+            if !phase.ended.is_empty() {
+                let rows: Vec<_> = phase.ended.iter().map(|r| (r.1, r.2, r.3, r.4)).collect();
+                let took = end_many(&mut tx, &rows, &mut statements).await?;
+                for (i, job, token, attempt, outcome) in &phase.ended {
+                    if !took.contains(&attempt.0) {
+                        // Rule 10: a repeated report leaves outcome and
+                        // timing alone and only fills in what was unknown.
+                        statements += 1;
+                        refresh_telemetry(&mut tx, *job, *token, *attempt, outcome).await?;
+                    }
+                    moved[*i] = true;
+                }
+            }
+            if !phase.succeeded.is_empty() {
+                let ended = succeeded_many(&mut tx, &phase.succeeded, &mut statements).await?;
+                for s in &phase.succeeded {
+                    if let Some(job) = ended.iter().find(|j| j.id == s.job) {
+                        if let Some(effect) = s.lineage {
+                            statements +=
+                                super::lineage::end_repair_in(&mut tx, job, effect, Utc::now())
+                                    .await?;
+                        }
+                        going[s.unit].stored = Some(Box::new(job.clone()));
+                        moved[s.unit] = true;
+                    }
+                }
+            }
+            for i in phase.one_by_one {
+                let g = &mut going[i];
+                let step = g.steps[g.next];
+                if let Some(stored) =
+                    apply_one_by_one(&mut tx, g.unit, step, &mut g.events, &mut statements).await?
+                {
+                    if let Some(job) = stored {
+                        g.stored = Some(Box::new(job));
+                    }
+                    moved[i] = true;
+                }
+            }
+            for (i, g) in going.iter_mut().enumerate() {
+                if g.ended.is_some() || g.next >= g.steps.len() {
+                    continue;
+                }
+                if moved[i] {
+                    g.next += 1;
+                    g.wrote = true;
+                } else if g.wrote {
+                    // The token moved after the unit had written (it cannot
+                    // while its row is locked): apply the batch again without it.
+                    return Ok(Batch::Redo(i));
+                } else {
+                    g.ended = Some(Applied::Stale);
+                }
             }
         }
-        for (i, unit) in units.iter().enumerate() {
-            if skip[i] {
-                applied.push(Applied::Stale);
-                continue;
-            }
-            let mut mine = Vec::new();
-            match apply_unit(&mut tx, unit, &mut mine, &mut statements).await? {
-                Ran::Applied(a) => {
-                    if !matches!(a, Applied::Stale) {
-                        events.append(&mut mine);
-                    }
+        // Rule 13: what the ended jobs announce goes in the same transaction.
+        let ended: Vec<&Job> = going.iter().filter_map(|g| g.stored.as_deref()).collect();
+        statements += super::webhooks::write_outbox_many(&mut tx, &ended, Utc::now()).await?;
+        let mut events = Vec::new();
+        let mut applied = Vec::with_capacity(going.len());
+        for g in going {
+            match g.ended {
+                Some(Applied::Stale) => applied.push(Applied::Stale),
+                Some(a) => {
+                    events.extend(g.events);
                     applied.push(a);
                 }
-                Ran::StaleAfterWrites => return Ok(Batch::Redo(i)),
+                None => {
+                    events.extend(g.events);
+                    applied.push(Applied::Done(g.stored));
+                }
             }
         }
         statements += insert_events(&mut tx, &events).await?;
@@ -140,233 +265,452 @@ impl Backend {
     }
 }
 
-/// Whether the run holds the job; on PostgreSQL the row stays locked.
-async fn holds(conn: &mut Conn, job: JobId, token: i64) -> StoreResult<bool> {
-    let held: Option<uuid::Uuid> = sqlx::query_scalar(concat!(
-        "SELECT id FROM jobs WHERE id = $1 AND fencing_token = $2 AND status = 'running' ",
-        for_update!()
-    ))
-    .bind(job.0)
-    .bind(token)
-    .fetch_optional(conn)
-    .await?;
-    Ok(held.is_some())
+/// One step of a unit as a batch applies it: an op, or a terminal write or
+/// park together with the progress written with it.
+#[derive(Clone, Copy)]
+enum Step<'a> {
+    Op(&'a Op),
+    End(&'a Op, Option<&'a Progress>),
 }
 
-async fn apply_unit(
-    conn: &mut Conn,
-    unit: &Unit,
-    events: &mut Vec<Event>,
-    statements: &mut u64,
-) -> StoreResult<Ran> {
-    let (job, token) = (unit.job, unit.token);
-    let mut wrote = false;
-    let stale = |wrote: bool| {
-        Ok(if wrote {
-            Ran::StaleAfterWrites
-        } else {
-            Ran::Applied(Applied::Stale)
-        })
-    };
-    let mut stored = None;
-    let mut ops = unit.ops.iter().peekable();
+fn steps(ops: &[Op]) -> Vec<Step<'_>> {
+    let mut out = Vec::with_capacity(ops.len());
+    let mut ops = ops.iter().peekable();
     while let Some(op) = ops.next() {
-        *statements += 1;
         match op {
-            Op::Progress(p) => {
-                // Recorded with the terminal write or the park when one follows.
-                if let Some(next) = ops.next_if(|o| matches!(o, Op::Finish(_) | Op::Park(_))) {
-                    match end_job(conn, job, token, next, Some(p), events, statements).await? {
-                        Some(j) => stored = Some(Box::new(j)),
-                        None => return stale(wrote),
-                    }
-                } else {
-                    let r = sqlx::query(
-                        "UPDATE jobs SET progress = $3 WHERE id = $1 AND fencing_token = $2 AND status = 'running'",
-                    )
-                    .bind(job.0)
-                    .bind(token)
-                    .bind(Json(p))
-                    .execute(&mut *conn)
-                    .await?;
-                    if r.rows_affected() == 0 {
-                        return stale(wrote);
-                    }
-                }
-            }
-            Op::BeginAttempt(a) => {
-                let mut inserted = begin_attempt(conn, token, a).await?;
-                if !inserted {
-                    *statements += 1;
-                    if !holds(conn, job, token).await? {
-                        return stale(wrote);
-                    }
-                    let Some(hold) = a.hold else {
-                        return Err(corrupt("an attempt without a hold was not written"));
-                    };
-                    // The day's first hold makes its row (or finds it just
-                    // made by another transaction), then tries once more.
-                    *statements += 2;
-                    sqlx::query(
-                        "INSERT INTO budget_days (day, cap_usd) VALUES ($1, $2) ON CONFLICT (day) DO NOTHING",
-                    )
-                    .bind(hold.day)
-                    .bind(hold.default_cap)
-                    .execute(&mut *conn)
-                    .await?;
-                    inserted = begin_attempt(conn, token, a).await?;
-                    if !inserted {
-                        return Ok(Ran::Applied(Applied::Refused));
-                    }
-                }
-            }
-            Op::Submitted {
-                attempt,
-                provider_job_id,
-            } => {
-                let r = sqlx::query(concat!(
-                    "UPDATE attempts SET state = 'submitted', provider_job_id = $2 \
-                     WHERE id = $1 AND state = 'submitting' AND job_id = $3 AND ",
-                    fence!("$3", "$4")
-                ))
-                .bind(attempt.0)
-                .bind(provider_job_id)
-                .bind(job.0)
-                .bind(token)
-                .execute(&mut *conn)
-                .await?;
-                if r.rows_affected() == 0 {
-                    // Already past `submitting` (a repeat), or the claim is gone.
-                    *statements += 1;
-                    if !holds(conn, job, token).await? {
-                        return stale(wrote);
-                    }
-                }
-            }
-            Op::EndAttempt { attempt, outcome } => {
-                if !end_attempt(conn, job, token, *attempt, outcome).await? {
-                    *statements += 1;
-                    if !holds(conn, job, token).await? {
-                        return stale(wrote);
-                    }
-                    // Rule 10: a repeated report leaves outcome and timing
-                    // alone and only fills in what was unknown.
-                    *statements += 1;
-                    refresh_telemetry(conn, job, token, *attempt, outcome).await?;
-                }
-            }
-            Op::Event { kind, detail } => {
-                *statements -= 1;
-                events.push(Event {
-                    job,
-                    kind: kind.clone(),
-                    detail: detail.clone(),
-                });
-            }
-            op @ (Op::Finish(_) | Op::Park(_)) => {
-                match end_job(conn, job, token, op, None, events, statements).await? {
-                    Some(j) => stored = Some(Box::new(j)),
-                    None => return stale(wrote),
-                }
-            }
-            Op::Release => {
-                let r = sqlx::query(
-                    "UPDATE jobs SET status = 'queued', lease_owner = NULL, lease_expires_at = NULL \
-                     WHERE id = $1 AND fencing_token = $2 AND status = 'running'",
-                )
-                .bind(job.0)
-                .bind(token)
-                .execute(&mut *conn)
-                .await?;
-                if r.rows_affected() == 0 {
-                    return stale(wrote);
-                }
-                if let Some(ring) = super::super::RING {
-                    *statements += 1;
-                    sqlx::query(ring)
-                        .bind(job.to_string())
-                        .execute(&mut *conn)
-                        .await?;
-                }
-            }
+            Op::Progress(p) => match ops.next_if(|o| matches!(o, Op::Finish(_) | Op::Park(_))) {
+                Some(end) => out.push(Step::End(end, Some(p))),
+                None => out.push(Step::Op(op)),
+            },
+            Op::Finish(_) | Op::Park(_) => out.push(Step::End(op, None)),
+            _ => out.push(Step::Op(op)),
         }
-        wrote = true;
     }
-    Ok(Ran::Applied(Applied::Done(stored)))
+    out
 }
 
-/// Rules 7 and 11 in one statement: the attempt is written only while the
-/// run holds the job and, when it holds budget, only while the day is not
-/// halted and its used, reserved and this hold stay within the cap (the
-/// day's row is locked for the check; a trigger adds the hold to it).
-async fn begin_attempt(conn: &mut Conn, token: i64, a: &NewAttempt) -> StoreResult<bool> {
+/// Where a unit stands in its batch.
+struct Going<'a> {
+    unit: &'a Unit,
+    steps: Vec<Step<'a>>,
+    next: usize,
+    wrote: bool,
+    /// Why it stopped early: `Stale` (nothing written) or `Refused`.
+    ended: Option<Applied>,
+    stored: Option<Box<Job>>,
+    events: Vec<Event>,
+}
+
+/// A terminal write that succeeded, as one row of `succeeded_many`.
+struct Succeeded<'a> {
+    unit: usize,
+    job: JobId,
+    token: i64,
+    output_key: &'a String,
+    content_type: &'a String,
+    review: Option<&'a Review>,
+    lineage: Option<crate::model::LineageEffect>,
+    progress: Option<&'a Progress>,
+}
+
+/// The next step of every unit still going, by kind.
+#[derive(Default)]
+struct Phase<'a> {
+    progress: Vec<(usize, JobId, i64, &'a Progress)>,
+    begin: Vec<(usize, i64, &'a NewAttempt)>,
+    submitted: Vec<(usize, JobId, i64, AttemptId, &'a String)>,
+    ended: Vec<(usize, JobId, i64, AttemptId, &'a AttemptOutcome)>,
+    succeeded: Vec<Succeeded<'a>>,
+    /// Failures, parks and releases: rare, each its own statements.
+    one_by_one: Vec<usize>,
+}
+
+impl Phase<'_> {
+    fn is_empty(&self) -> bool {
+        self.progress.is_empty()
+            && self.begin.is_empty()
+            && self.submitted.is_empty()
+            && self.ended.is_empty()
+            && self.succeeded.is_empty()
+            && self.one_by_one.is_empty()
+    }
+}
+
+/// Which units' runs still hold their jobs, read before anything is
+/// written. On PostgreSQL it locks every unit's job row, in one order: a
+/// cancel (job, then the day's budget row through its triggers) can then
+/// never hold a job this batch waits for while waiting for the budget row
+/// this batch holds, and no token can move before the batch commits. On
+/// SQLite the one writer serialises the same.
+async fn holders(
+    conn: &mut Conn,
+    units: &[Unit],
+    skip: &[bool],
+    statements: &mut u64,
+) -> StoreResult<Vec<bool>> {
+    let mut jobs: Vec<uuid::Uuid> = units
+        .iter()
+        .zip(skip)
+        .filter(|(_, s)| !**s)
+        .map(|(u, _)| u.job.0)
+        .collect();
+    jobs.sort_unstable();
+    jobs.dedup();
+    let mut tokens = std::collections::HashMap::new();
+    for chunk in jobs.chunks(JOBS_PER_LOCK) {
+        let marks: Vec<String> = (1..=chunk.len()).map(|i| format!("${i}")).collect();
+        let sql = format!(
+            concat!(
+                "SELECT id, fencing_token FROM jobs WHERE id IN ({}) AND status = 'running' ORDER BY id ",
+                for_update!()
+            ),
+            marks.join(", ")
+        );
+        let mut q = sqlx::query(&sql).persistent(false);
+        for j in chunk {
+            q = q.bind(j);
+        }
+        for row in q.fetch_all(&mut *conn).await? {
+            let id: uuid::Uuid = row.try_get("id")?;
+            let token: i64 = row.try_get("fencing_token")?;
+            tokens.insert(id, token);
+        }
+        *statements += 1;
+    }
+    Ok(units
+        .iter()
+        .zip(skip)
+        .map(|(u, s)| !*s && tokens.get(&u.job.0) == Some(&u.token))
+        .collect())
+}
+
+/// Runs one set-based statement (`rows!`) over `items`: on PostgreSQL once,
+/// each column bound as an array; on SQLite once per item. Returns the rows
+/// it returned.
+async fn each<'q, T>(
+    conn: &mut Conn,
+    sql: &'q str,
+    items: &'q [T],
+    bind: impl Fn(Query<'q>, &'q [T]) -> Query<'q>,
+    statements: &mut u64,
+) -> StoreResult<Vec<Row>> {
+    let mut out = Vec::new();
+    for chunk in super::super::row_chunks(items) {
+        out.extend(bind(sqlx::query(sql), chunk).fetch_all(&mut *conn).await?);
+        *statements += 1;
+    }
+    Ok(out)
+}
+
+use super::super::{col, Query};
+
+fn ids(rows: &[Row]) -> StoreResult<std::collections::HashSet<uuid::Uuid>> {
+    rows.iter()
+        .map(|r| Ok(r.try_get::<uuid::Uuid, _>("id")?))
+        .collect()
+}
+
+/// Progress on its own (no terminal write follows in the unit).
+async fn progress_many(
+    conn: &mut Conn,
+    rows: &[(JobId, i64, &Progress)],
+    statements: &mut u64,
+) -> StoreResult<std::collections::HashSet<uuid::Uuid>> {
+    const SQL: &str = concat!(
+        "UPDATE jobs SET progress = v.p_progress FROM ",
+        rows!("$1" p_job, "$2" p_token, "$3" p_progress),
+        " WHERE jobs.id = v.p_job AND jobs.fencing_token = v.p_token AND jobs.status = 'running' RETURNING id"
+    );
+    let out = each(
+        conn,
+        SQL,
+        rows,
+        |q, r| {
+            let q = col(q, r, |x| x.0 .0);
+            let q = col(q, r, |x| x.1);
+            col(q, r, |x| Json(x.2))
+        },
+        statements,
+    )
+    .await?;
+    ids(&out)
+}
+
+/// Rules 7 and 11 in one statement per kind: an attempt is written only
+/// while its run holds the job and, when it holds budget, only while its day
+/// is not halted and the day's used and reserved amounts, plus this hold and
+/// the batch's holds before it, stay within the cap (the day's row is locked
+/// for the check; a trigger adds the holds to it). A day without a row gets
+/// one, and what it refused is tried once more. Returns the attempts written.
+async fn begin_many(
+    conn: &mut Conn,
+    rows: &[(i64, &NewAttempt)],
+    statements: &mut u64,
+) -> StoreResult<std::collections::HashSet<uuid::Uuid>> {
     const WITH_HOLD: &str = concat!(
         "INSERT INTO attempts (id, job_id, purpose, provider, endpoint, model, attempt_no, state, \
          idempotency_key, started_at, hold_usd, budget_day) \
-         SELECT $1, $2, $3, $4, $5, $6, $7, 'submitting', $8, $9, $11, day FROM budget_days \
-         WHERE day = $12 AND NOT halted AND used_usd + reserved_usd + $11 <= cap_usd AND ",
-        fence!("$2", "$10"),
+         SELECT w.b_id, w.b_job, w.b_purpose, w.b_provider, w.b_endpoint, w.b_model, w.b_no, 'submitting', \
+         w.b_key, w.b_at, w.b_hold, b.day \
+         FROM (SELECT v.*, SUM(v.b_hold) OVER (PARTITION BY v.b_day ORDER BY v.b_ord) AS b_running FROM ",
+        rows!(
+            "$1" b_id, "$2" b_job, "$3" b_purpose, "$4" b_provider, "$5" b_endpoint, "$6" b_model,
+            "$7" b_no, "$8" b_key, "$9" b_at, "$10" b_token, "$11" b_hold, "$12" b_day, "$13" b_ord
+        ),
+        ") w JOIN budget_days b ON b.day = w.b_day \
+         WHERE NOT b.halted AND b.used_usd + b.reserved_usd + w.b_running <= b.cap_usd AND ",
+        fence!("w.b_job", "w.b_token"),
         " ",
-        for_update!()
+        for_update_of!("b"),
+        " RETURNING id"
     );
     const WITHOUT_HOLD: &str = concat!(
         "INSERT INTO attempts (id, job_id, purpose, provider, endpoint, model, attempt_no, state, \
          idempotency_key, started_at) \
-         SELECT $1, $2, $3, $4, $5, $6, $7, 'submitting', $8, $9 WHERE ",
-        fence!("$2", "$10")
+         SELECT v.b_id, v.b_job, v.b_purpose, v.b_provider, v.b_endpoint, v.b_model, v.b_no, 'submitting', \
+         v.b_key, v.b_at FROM ",
+        rows!(
+            "$1" b_id, "$2" b_job, "$3" b_purpose, "$4" b_provider, "$5" b_endpoint, "$6" b_model,
+            "$7" b_no, "$8" b_key, "$9" b_at, "$10" b_token
+        ),
+        " WHERE ",
+        fence!("v.b_job", "v.b_token"),
+        " RETURNING id"
     );
-    let mut q = sqlx::query(if a.hold.is_some() {
-        WITH_HOLD
-    } else {
-        WITHOUT_HOLD
-    })
-    .bind(a.id.0)
-    .bind(a.job_id.0)
-    .bind(a.purpose.as_str())
-    .bind(&a.provider)
-    .bind(&a.endpoint)
-    .bind(&a.model)
-    .bind(a.attempt_no)
-    .bind(&a.idempotency_key)
-    .bind(a.started_at)
-    .bind(token);
-    if let Some(hold) = &a.hold {
-        q = q.bind(hold.amount).bind(hold.day);
+    let (held, free): (Vec<_>, Vec<_>) = rows.iter().copied().partition(|r| r.1.hold.is_some());
+    let mut took = std::collections::HashSet::new();
+    if !free.is_empty() {
+        let free: Vec<(i64, &NewAttempt, ())> = free.into_iter().map(|(t, a)| (t, a, ())).collect();
+        let out = each(conn, WITHOUT_HOLD, &free, bind_attempt, statements).await?;
+        took.extend(ids(&out)?);
     }
-    Ok(q.execute(&mut *conn).await?.rows_affected() == 1)
+    if held.is_empty() {
+        return Ok(took);
+    }
+    let first = begin_holding(conn, WITH_HOLD, &held, statements).await?;
+    let refused: Vec<_> = held
+        .into_iter()
+        .filter(|r| !first.contains(&r.1.id.0))
+        .collect();
+    took.extend(first);
+    if refused.is_empty() {
+        return Ok(took);
+    }
+    // The day's first hold makes its row (or finds it just made by another
+    // transaction), then what was refused tries once more.
+    let mut days: Vec<&Hold> = refused.iter().filter_map(|r| r.1.hold.as_ref()).collect();
+    days.sort_by_key(|h| h.day);
+    days.dedup_by_key(|h| h.day);
+    for hold in days {
+        sqlx::query(
+            "INSERT INTO budget_days (day, cap_usd) VALUES ($1, $2) ON CONFLICT (day) DO NOTHING",
+        )
+        .bind(hold.day)
+        .bind(hold.default_cap)
+        .execute(&mut *conn)
+        .await?;
+        *statements += 1;
+    }
+    took.extend(begin_holding(conn, WITH_HOLD, &refused, statements).await?);
+    Ok(took)
 }
 
-/// Rule 10: the outcome, once, while the attempt is open; its hold settles
-/// at the cost, or stays booked at the estimate when the cost is unknown.
-async fn end_attempt(
+/// The columns every new attempt binds (`$1` to `$10`).
+fn bind_attempt<'q, X>(q: Query<'q>, r: &'q [(i64, &NewAttempt, X)]) -> Query<'q> {
+    let q = col(q, r, |x| x.1.id.0);
+    let q = col(q, r, |x| x.1.job_id.0);
+    let q = col(q, r, |x| x.1.purpose.as_str());
+    let q = col(q, r, |x| x.1.provider.as_str());
+    let q = col(q, r, |x| x.1.endpoint.as_deref());
+    let q = col(q, r, |x| x.1.model.as_str());
+    let q = col(q, r, |x| x.1.attempt_no);
+    let q = col(q, r, |x| x.1.idempotency_key.as_str());
+    let q = col(q, r, |x| x.1.started_at);
+    col(q, r, |x| x.0)
+}
+
+/// Attempts that hold budget, with their place in the batch (the order in
+/// which the day's cap admits them).
+async fn begin_holding(
     conn: &mut Conn,
-    job: JobId,
-    token: i64,
-    attempt: AttemptId,
-    o: &AttemptOutcome,
-) -> StoreResult<bool> {
-    let r = sqlx::query(concat!(
-        "UPDATE attempts SET state = $2, provider_job_id = COALESCE($3, provider_job_id), error_class = $4, \
-         error = $5, duration_ms = $6, usage = $7, cost_usd = $8, cost_source = $9, finished_at = $10, \
-         settled_usd = CASE WHEN hold_usd IS NULL THEN NULL ELSE COALESCE($8, hold_usd) END \
-         WHERE id = $1 AND state IN ('submitting', 'submitted') AND job_id = $11 AND ",
-        fence!("$11", "$12")
-    ))
-    .bind(attempt.0)
-    .bind(o.end.state().as_str())
-    .bind(&o.provider_job_id)
-    .bind(&o.error_class)
-    .bind(&o.error)
-    .bind(o.duration_ms)
-    .bind(o.usage.as_ref().map(Json))
-    .bind(o.cost.map(|c| c.0))
-    .bind(o.cost.map(|c| c.1.as_str()))
-    .bind(o.finished_at)
-    .bind(job.0)
-    .bind(token)
-    .execute(&mut *conn)
+    sql: &str,
+    rows: &[(i64, &NewAttempt)],
+    statements: &mut u64,
+) -> StoreResult<std::collections::HashSet<uuid::Uuid>> {
+    let rows: Vec<(i64, &NewAttempt, i32)> = rows
+        .iter()
+        .enumerate()
+        .map(|(i, r)| (r.0, r.1, i as i32))
+        .collect();
+    let out = each(
+        conn,
+        sql,
+        &rows,
+        |q, r| {
+            let q = bind_attempt(q, r);
+            let q = col(q, r, |x| x.1.hold.as_ref().map(|h| h.amount));
+            let q = col(q, r, |x| x.1.hold.as_ref().map(|h| h.day));
+            col(q, r, |x| x.2)
+        },
+        statements,
+    )
     .await?;
-    Ok(r.rows_affected() == 1)
+    ids(&out)
+}
+
+/// Rule 7: the provider accepted these attempts under these ids.
+async fn submitted_many(
+    conn: &mut Conn,
+    rows: &[(JobId, i64, AttemptId, &str)],
+    statements: &mut u64,
+) -> StoreResult<()> {
+    const SQL: &str = concat!(
+        "UPDATE attempts SET state = 'submitted', provider_job_id = v.s_provider_job_id FROM ",
+        rows!("$1" s_id, "$2" s_provider_job_id, "$3" s_job, "$4" s_token),
+        " WHERE attempts.id = v.s_id AND attempts.state = 'submitting' AND attempts.job_id = v.s_job AND ",
+        fence!("v.s_job", "v.s_token")
+    );
+    each(
+        conn,
+        SQL,
+        rows,
+        |q, r| {
+            let q = col(q, r, |x| x.2 .0);
+            let q = col(q, r, |x| x.3);
+            let q = col(q, r, |x| x.0 .0);
+            col(q, r, |x| x.1)
+        },
+        statements,
+    )
+    .await?;
+    Ok(())
+}
+
+/// Rule 10: each outcome, once, while its attempt is open; its hold settles
+/// at the cost, or stays booked at the estimate when the cost is unknown.
+/// Returns the attempts it ended.
+async fn end_many(
+    conn: &mut Conn,
+    rows: &[(JobId, i64, AttemptId, &AttemptOutcome)],
+    statements: &mut u64,
+) -> StoreResult<std::collections::HashSet<uuid::Uuid>> {
+    const SQL: &str = concat!(
+        "UPDATE attempts SET state = v.e_state, provider_job_id = COALESCE(v.e_provider_job_id, attempts.provider_job_id), \
+         error_class = v.e_class, error = v.e_error, duration_ms = v.e_ms, usage = v.e_usage, cost_usd = v.e_cost, \
+         cost_source = v.e_source, finished_at = v.e_at, \
+         settled_usd = CASE WHEN attempts.hold_usd IS NULL THEN NULL ELSE COALESCE(v.e_cost, attempts.hold_usd) END \
+         FROM ",
+        rows!(
+            "$1" e_id, "$2" e_state, "$3" e_provider_job_id, "$4" e_class, "$5" e_error, "$6" e_ms,
+            "$7" e_usage, "$8" e_cost, "$9" e_source, "$10" e_at, "$11" e_job, "$12" e_token
+        ),
+        " WHERE attempts.id = v.e_id AND attempts.state IN ('submitting', 'submitted') AND attempts.job_id = v.e_job AND ",
+        fence!("v.e_job", "v.e_token"),
+        " RETURNING id"
+    );
+    let out = each(
+        conn,
+        SQL,
+        rows,
+        |q, r| {
+            let q = col(q, r, |x| x.2 .0);
+            let q = col(q, r, |x| x.3.end.state().as_str());
+            let q = col(q, r, |x| x.3.provider_job_id.as_deref());
+            let q = col(q, r, |x| x.3.error_class.as_deref());
+            let q = col(q, r, |x| x.3.error.as_deref());
+            let q = col(q, r, |x| x.3.duration_ms);
+            let q = col(q, r, |x| x.3.usage.as_ref().map(Json));
+            let q = col(q, r, |x| x.3.cost.map(|c| c.0));
+            let q = col(q, r, |x| x.3.cost.map(|c| c.1.as_str()));
+            let q = col(q, r, |x| x.3.finished_at);
+            let q = col(q, r, |x| x.0 .0);
+            col(q, r, |x| x.1)
+        },
+        statements,
+    )
+    .await?;
+    ids(&out)
+}
+
+/// Rule 9's terminal write for runs that succeeded, with their progress.
+/// Returns the jobs it ended, as stored.
+async fn succeeded_many(
+    conn: &mut Conn,
+    rows: &[Succeeded<'_>],
+    statements: &mut u64,
+) -> StoreResult<Vec<Job>> {
+    static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let sql = SQL.get_or_init(|| {
+        format!(
+            concat!(
+                "UPDATE jobs SET status = 'succeeded', error = NULL, completed_at = v.f_at, lease_owner = NULL, \
+                 lease_expires_at = NULL, output_key = v.f_key, output_content_type = v.f_type, review = v.f_review, \
+                 progress = COALESCE(v.f_progress, jobs.progress) FROM ",
+                rows!("$1" f_job, "$2" f_token, "$3" f_at, "$4" f_key, "$5" f_type, "$6" f_review, "$7" f_progress),
+                " WHERE jobs.id = v.f_job AND jobs.fencing_token = v.f_token AND jobs.status = 'running' RETURNING {}"
+            ),
+            JOB_COLUMNS
+        )
+    });
+    let at = Utc::now();
+    let out = each(
+        conn,
+        sql,
+        rows,
+        |q, r| {
+            let q = col(q, r, |x| x.job.0);
+            let q = col(q, r, |x| x.token);
+            let q = col(q, r, |_| at);
+            let q = col(q, r, |x| x.output_key.as_str());
+            let q = col(q, r, |x| x.content_type.as_str());
+            let q = col(q, r, |x| x.review.map(Json));
+            col(q, r, |x| x.progress.map(Json))
+        },
+        statements,
+    )
+    .await?;
+    out.iter().map(job_from_row).collect()
+}
+
+/// A step no set-based statement takes (a failure with its refund, a park,
+/// a release, progress between them): `None` when the run no longer holds
+/// the job, else the job as stored when the step ended it.
+async fn apply_one_by_one(
+    conn: &mut Conn,
+    unit: &Unit,
+    step: Step<'_>,
+    events: &mut Vec<Event>,
+    statements: &mut u64,
+) -> StoreResult<Option<Option<Job>>> {
+    let (job, token) = (unit.job, unit.token);
+    *statements += 1;
+    match step {
+        Step::End(op, progress) => Ok(end_job(conn, job, token, op, progress, events, statements)
+            .await?
+            .map(Some)),
+        Step::Op(Op::Release) => {
+            let r = sqlx::query(
+                "UPDATE jobs SET status = 'queued', lease_owner = NULL, lease_expires_at = NULL \
+                 WHERE id = $1 AND fencing_token = $2 AND status = 'running'",
+            )
+            .bind(job.0)
+            .bind(token)
+            .execute(&mut *conn)
+            .await?;
+            if r.rows_affected() == 0 {
+                return Ok(None);
+            }
+            if let Some(ring) = super::super::RING {
+                *statements += 1;
+                sqlx::query(ring)
+                    .bind(job.to_string())
+                    .execute(&mut *conn)
+                    .await?;
+            }
+            Ok(Some(None))
+        }
+        Step::Op(_) => Err(corrupt("a step with a set-based statement came one by one")),
+    }
 }
 
 /// A repeated report: usage and a cost that was unknown are filled in (a
@@ -398,8 +742,8 @@ async fn refresh_telemetry(
     Ok(())
 }
 
-/// The terminal write (rule 9, with the refund of rule 3) or the park
-/// (rule 12); `None` when the run no longer holds the job.
+/// A failed run's terminal write (rule 9, with the refund of rule 3) or the
+/// park (rule 12); `None` when the run no longer holds the job.
 async fn end_job(
     conn: &mut Conn,
     job: JobId,
@@ -411,51 +755,25 @@ async fn end_job(
 ) -> StoreResult<Option<Job>> {
     let progress = progress.map(Json);
     let row = match op {
-        Op::Finish(finish) => {
-            let (status, error, output, lineage) = match finish {
-                Finish::Succeeded {
-                    output_key,
-                    content_type,
-                    review,
-                    lineage,
-                } => (
-                    "succeeded",
-                    None,
-                    Some((output_key, content_type, review.as_ref().map(Json))),
-                    *lineage,
-                ),
-                Finish::Failed(e) => ("failed", Some(Json(e)), None, None),
-            };
+        Op::Finish(Finish::Failed(error)) => {
             let sql = format!(
-                "UPDATE jobs SET status = $3, error = $4, completed_at = $5, lease_owner = NULL, \
-                 lease_expires_at = NULL, output_key = $6, output_content_type = $7, review = $8, \
-                 progress = COALESCE($9, progress) \
+                "UPDATE jobs SET status = 'failed', error = $3, completed_at = $4, lease_owner = NULL, \
+                 lease_expires_at = NULL, progress = COALESCE($5, progress) \
                  WHERE id = $1 AND fencing_token = $2 AND status = 'running' RETURNING {JOB_COLUMNS}"
             );
             let Some(row) = sqlx::query(&sql)
                 .bind(job.0)
                 .bind(token)
-                .bind(status)
-                .bind(error)
+                .bind(Json(error))
                 .bind(Utc::now())
-                .bind(output.as_ref().map(|o| o.0))
-                .bind(output.as_ref().map(|o| o.1))
-                .bind(output.and_then(|o| o.2))
                 .bind(progress)
                 .fetch_optional(&mut *conn)
                 .await?
             else {
                 return Ok(None);
             };
-            if status == "failed" {
-                *statements += 2;
-                super::jobs::refund_in(conn, job, Utc::now()).await?;
-            }
-            if let Some(effect) = lineage {
-                let ended = job_from_row(&row)?;
-                *statements +=
-                    super::lineage::end_repair_in(conn, &ended, effect, Utc::now()).await?;
-            }
+            *statements += 2;
+            super::jobs::refund_in(conn, job, Utc::now()).await?;
             row
         }
         Op::Park(p) => {
@@ -549,12 +867,9 @@ async fn end_job(
             });
             row
         }
-        _ => return Err(corrupt("only a terminal write or a park ends a run")),
+        _ => return Err(corrupt("a success ends its run in `succeeded_many`")),
     };
-    let job = job_from_row(&row)?;
-    // Rule 13: what it announces goes in the same transaction.
-    *statements += super::webhooks::write_outbox(conn, &job, Utc::now()).await?;
-    Ok(Some(job))
+    Ok(Some(job_from_row(&row)?))
 }
 
 /// The batch's explicit events, a few hundred rows a statement. Returns how

@@ -83,21 +83,66 @@ pub(super) async fn write_outbox(
     job: &Job,
     at: DateTime<Utc>,
 ) -> StoreResult<u64> {
-    let Some(event) = WebhookEvent::of(job.status) else {
+    write_outbox_many(conn, &[job], at).await
+}
+
+/// `write_outbox` for every job a batch ended: one look-up of their owners'
+/// endpoints, then each job's deliveries. Returns the statements it took.
+pub(super) async fn write_outbox_many(
+    conn: &mut Conn,
+    jobs: &[&Job],
+    at: DateTime<Utc>,
+) -> StoreResult<u64> {
+    let mut users: Vec<uuid::Uuid> = jobs
+        .iter()
+        .filter(|j| WebhookEvent::of(j.status).is_some())
+        .map(|j| j.user_id.0)
+        .collect();
+    users.sort_unstable();
+    users.dedup();
+    if users.is_empty() {
         return Ok(0);
-    };
-    let pattern = format!("%,{},%", event.as_str());
-    let endpoints: Vec<(uuid::Uuid, String)> = sqlx::query_as(
-        "SELECT id, url FROM webhook_endpoints WHERE user_id = $1 AND disabled_at IS NULL \
-         AND deleted_at IS NULL AND events LIKE $2",
-    )
-    .bind(job.user_id.0)
-    .bind(&pattern)
-    .fetch_all(&mut *conn)
-    .await?;
+    }
+    let marks: Vec<String> = (1..=users.len()).map(|i| format!("${i}")).collect();
+    let sql = format!(
+        "SELECT user_id, id, url, events FROM webhook_endpoints WHERE user_id IN ({}) \
+         AND disabled_at IS NULL AND deleted_at IS NULL",
+        marks.join(", ")
+    );
+    let mut q = sqlx::query_as(&sql).persistent(false);
+    for u in &users {
+        q = q.bind(u);
+    }
+    let endpoints: Vec<(uuid::Uuid, uuid::Uuid, String, String)> = q.fetch_all(&mut *conn).await?;
+    let mut statements = 1;
+    for job in jobs {
+        let Some(event) = WebhookEvent::of(job.status) else {
+            continue;
+        };
+        // `events` is stored as `,a,b,`: the event is one of them.
+        let wanted = format!(",{},", event.as_str());
+        let mine: Vec<(uuid::Uuid, String)> = endpoints
+            .iter()
+            .filter(|e| e.0 == job.user_id.0 && e.3.contains(&wanted))
+            .map(|e| (e.1, e.2.clone()))
+            .collect();
+        statements += write_deliveries(conn, job, event, mine, at).await?;
+    }
+    Ok(statements)
+}
+
+/// One ended job's deliveries, to its owner's `endpoints` and its own
+/// webhook URL. Returns the statements it took.
+async fn write_deliveries(
+    conn: &mut Conn,
+    job: &Job,
+    event: WebhookEvent,
+    endpoints: Vec<(uuid::Uuid, String)>,
+    at: DateTime<Utc>,
+) -> StoreResult<u64> {
     let own = job.request.webhook_url().map(str::to_string);
     if endpoints.is_empty() && own.is_none() {
-        return Ok(1);
+        return Ok(0);
     }
     let sql = format!(
         "SELECT {ATTEMPT_COLUMNS} FROM attempts WHERE job_id = $1 ORDER BY started_at, attempt_no"
