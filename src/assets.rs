@@ -213,20 +213,12 @@ impl Tollgate {
     ) -> crate::store::StoreResult<Option<Vec<u8>>> {
         let corrupt = |e: String| crate::store::StoreError::Corrupt(e);
         let key = ObjectKey::parse(key).map_err(|e| corrupt(e.to_string()))?;
-        match self
+        Ok(self
             .objects()
-            .get(&key)
+            .read(&key)
             .await
             .map_err(|e| corrupt(e.to_string()))?
-        {
-            Some(body) => Ok(Some(
-                body.bytes()
-                    .await
-                    .map_err(|e| corrupt(e.to_string()))?
-                    .to_vec(),
-            )),
-            None => Ok(None),
-        }
+            .map(|b| b.to_vec()))
     }
 
     /// A succeeded job's stored output, whole (a repair's previous version).

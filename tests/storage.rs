@@ -160,6 +160,12 @@ async fn put_then_head_and_get_round_trip(t: TestStore) {
     let (got_meta, got) = read_all(s, &k).await;
     assert_eq!(got_meta, expected);
     assert_eq!(&got[..], b"\x89PNG fake");
+    // Read whole, in one go (the engine's own reading): the same bytes.
+    assert_eq!(
+        s.read(&k).await.unwrap().as_deref(),
+        Some(&b"\x89PNG fake"[..])
+    );
+    assert_eq!(s.read(&key("jobs/none/out.png")).await.unwrap(), None);
 
     // No provider stays no provider; any writer text survives the trip
     // (S3 metadata is an HTTP header, so it is encoded on the way).
@@ -412,6 +418,7 @@ async fn get_streams_a_large_object_intact(t: TestStore) {
     }
     assert_eq!(offset, size);
     assert!(chunks > 1, "the body came as one piece, not streamed");
+    assert_eq!(s.read(&k).await.unwrap(), Some(data), "read whole, intact");
 }
 
 async fn ping_answers(t: TestStore) {

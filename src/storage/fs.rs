@@ -129,6 +129,29 @@ impl FsStore {
         Ok(Some(ObjectBody { meta, stream }))
     }
 
+    pub async fn read(&self, key: &ObjectKey) -> Result<Option<Bytes>, StorageError> {
+        let path = self.object_path(key)?;
+        blocking(move || {
+            let Some((mut file, meta, header_len)) = open_object(&path)? else {
+                return Ok(None);
+            };
+            let reading = |e| io_err(&format!("reading {}", path.display()), e);
+            file.seek(SeekFrom::Start(header_len)).map_err(reading)?;
+            let mut out = Vec::with_capacity(usize::try_from(meta.size).unwrap_or(0));
+            file.read_to_end(&mut out).map_err(reading)?;
+            if out.len() as u64 != meta.size {
+                return Err(StorageError::Io(format!(
+                    "{} holds {} bytes, its metadata says {}",
+                    path.display(),
+                    out.len(),
+                    meta.size
+                )));
+            }
+            Ok(Some(Bytes::from(out)))
+        })
+        .await
+    }
+
     pub async fn delete(&self, key: &ObjectKey) -> Result<(), StorageError> {
         let path = self.object_path(key)?;
         match tokio::fs::remove_file(&path).await {

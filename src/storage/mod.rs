@@ -221,6 +221,19 @@ impl ObjectStore {
         }
     }
 
+    /// The object's bytes, whole, or `None`: for the engine's own reading
+    /// of photos and outputs. From a folder it is one blocking read, not a
+    /// stream of them.
+    pub async fn read(&self, key: &ObjectKey) -> Result<Option<Bytes>, StorageError> {
+        match self {
+            ObjectStore::Fs(s) => Box::pin(s.read(key)).await,
+            ObjectStore::S3(s) => match Box::pin(s.get(key)).await? {
+                Some(body) => Ok(Some(body.bytes().await?)),
+                None => Ok(None),
+            },
+        }
+    }
+
     /// Removes the object; removing a missing key is not an error.
     pub async fn delete(&self, key: &ObjectKey) -> Result<(), StorageError> {
         match self {
