@@ -100,6 +100,8 @@ both_backends!(
     attempts_keep_null_costs_and_first_outcomes,
     the_breaker_holds_the_cap_one_hold_per_attempt,
     racing_paid_calls_at_the_cap_never_go_over,
+    one_group_commit_admits_holds_in_order_up_to_the_cap,
+    one_group_commit_applies_every_kind_of_unit,
     racing_first_holds_of_a_new_day_are_not_refused,
     a_group_commit_refuses_a_stale_unit_alone,
     a_failing_unit_does_not_sink_its_group,
@@ -593,6 +595,232 @@ async fn racing_paid_calls_at_the_cap_never_go_over(db: TestDb) {
     assert_eq!(held, 50, "exactly what the cap holds");
     let d = s.budget_day(day, cap).await.unwrap();
     assert_eq!((d.used_usd, d.reserved_usd), (Usd::ZERO, cap));
+}
+
+/// Many runs' holds in one transaction (the set-based statement): the cap
+/// admits them in the batch's order, exactly as one by one would, and never
+/// more than it holds.
+async fn one_group_commit_admits_holds_in_order_up_to_the_cap(db: TestDb) {
+    let (_, _) = jobs(&db, 103).await;
+    let s = db.store();
+    let claims = s.claim_jobs("a", 103, 60.0).await.unwrap();
+    let day = Utc::now().date_naive();
+    let cap = usd("0.50");
+    let hold = |amount: &str| Hold {
+        day,
+        amount: usd(amount),
+        default_cap: cap,
+    };
+    // 0.30 fits; 0.30 more would pass the cap; 0.10 after it still fits;
+    // then 100 holds of 0.01 of which exactly 10 fit.
+    let amounts: Vec<&str> = ["0.30", "0.30", "0.10"]
+        .into_iter()
+        .chain(std::iter::repeat_n("0.01", 100))
+        .collect();
+    let units: Vec<Unit> = claims
+        .iter()
+        .zip(&amounts)
+        .map(|(c, a)| {
+            unit(
+                c,
+                vec![Op::BeginAttempt(attempt(c.job.id, 1, Some(hold(a))))],
+            )
+        })
+        .collect();
+    let results: Vec<Applied> = s
+        .apply(&units)
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    let admitted: Vec<bool> = results
+        .iter()
+        .map(|r| match r {
+            Applied::Done(_) => true,
+            Applied::Refused => false,
+            Applied::Stale => panic!("no unit is stale"),
+        })
+        .collect();
+    assert_eq!(&admitted[..3], [true, false, true]);
+    assert_eq!(admitted[3..].iter().filter(|a| **a).count(), 10);
+    assert!(admitted[3..13].iter().all(|a| *a), "the first ten that fit");
+    let d = s.budget_day(day, cap).await.unwrap();
+    assert_eq!((d.used_usd, d.reserved_usd), (Usd::ZERO, cap));
+    let mut attempts = 0;
+    for c in &claims {
+        attempts += s.attempts(c.job.id).await.unwrap().len();
+    }
+    assert_eq!(attempts, 12, "a refused hold writes no attempt");
+}
+
+/// One transaction with a unit of every shape a run writes (the set-based
+/// statements and the one-by-one ones side by side): each comes out as it
+/// would alone, with its timeline in order, and a stale one writes nothing.
+async fn one_group_commit_applies_every_kind_of_unit(db: TestDb) {
+    let (u, _) = jobs(&db, 6).await;
+    let s = db.store();
+    let c = s.claim_jobs("a", 6, 60.0).await.unwrap();
+    let day = Utc::now().date_naive();
+    let hold = Hold {
+        day,
+        amount: usd("0.10"),
+        default_cap: usd("100"),
+    };
+    // Job 0 has an attempt waiting for its prediction id; job 2 one that
+    // the provider accepted.
+    let waiting = attempt(c[0].job.id, 1, Some(hold));
+    let accepted = attempt(c[2].job.id, 1, Some(hold));
+    apply(s, unit(&c[0], vec![Op::BeginAttempt(waiting.clone())])).await;
+    apply(s, unit(&c[2], vec![Op::BeginAttempt(accepted.clone())])).await;
+    apply(
+        s,
+        unit(
+            &c[2],
+            vec![Op::Submitted {
+                attempt: accepted.id,
+                provider_job_id: "p-2".into(),
+            }],
+        ),
+    )
+    .await;
+    s.cancel_job(c[5].job.id, Utc::now()).await.unwrap();
+    let progress = Progress {
+        readiness: Some(Readiness {
+            region_fraction: 0.5,
+            observation: None,
+        }),
+        ..Progress::default()
+    };
+    let step = |name: &str| Op::Event {
+        kind: "step".into(),
+        detail: json!({"step": name}),
+    };
+    let begun = attempt(c[1].job.id, 1, Some(hold));
+    let units = vec![
+        unit(
+            &c[0],
+            vec![Op::Submitted {
+                attempt: waiting.id,
+                provider_job_id: "p-0".into(),
+            }],
+        ),
+        unit(
+            &c[1],
+            vec![
+                Op::Progress(progress.clone()),
+                step("readiness"),
+                Op::BeginAttempt(begun.clone()),
+            ],
+        ),
+        unit(
+            &c[2],
+            vec![
+                Op::EndAttempt {
+                    attempt: accepted.id,
+                    outcome: outcome(AttemptEnd::Succeeded, Some(("0.04", CostSource::Quoted))),
+                },
+                step("generate"),
+                step("review"),
+                Op::Progress(progress.clone()),
+                Op::Finish(Finish::Succeeded {
+                    output_key: "outputs/x".into(),
+                    content_type: "image/png".into(),
+                    review: None,
+                    lineage: None,
+                }),
+            ],
+        ),
+        unit(
+            &c[3],
+            vec![Op::Finish(Finish::Failed(
+                json!({"code": "NOT_READY", "message": "no"}),
+            ))],
+        ),
+        unit(&c[4], vec![Op::Release]),
+        unit(&c[5], vec![Op::Progress(progress.clone())]),
+    ];
+    let results: Vec<Applied> = s
+        .apply(&units)
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    assert!(matches!(results[0], Applied::Done(None)));
+    assert!(matches!(results[1], Applied::Done(None)));
+    let Applied::Done(Some(ended)) = &results[2] else {
+        panic!("the success returns the job as stored: {:?}", results[2]);
+    };
+    assert_eq!(ended.status, JobStatus::Succeeded);
+    assert_eq!(ended.progress, progress);
+    assert!(matches!(&results[3], Applied::Done(Some(j)) if j.status == JobStatus::Failed));
+    assert!(matches!(results[4], Applied::Done(None)));
+    assert!(stale(&results[5]), "a cancelled job's run is stale");
+
+    let a0 = s.attempts(c[0].job.id).await.unwrap();
+    assert_eq!(
+        (a0[0].state, a0[0].provider_job_id.as_deref()),
+        (AttemptState::Submitted, Some("p-0"))
+    );
+    assert_eq!(
+        s.job(c[1].job.id).await.unwrap().unwrap().progress,
+        progress
+    );
+    assert_eq!(s.attempts(c[1].job.id).await.unwrap().len(), 1);
+    let a2 = s.attempts(c[2].job.id).await.unwrap();
+    assert_eq!(a2[0].state, AttemptState::Succeeded);
+    assert_eq!(a2[0].settled_usd, Some(usd("0.04")));
+    assert_eq!(
+        s.job(c[4].job.id).await.unwrap().unwrap().status,
+        JobStatus::Queued
+    );
+    assert_eq!(
+        s.job(c[5].job.id).await.unwrap().unwrap().progress,
+        Progress::default(),
+        "the stale unit wrote nothing"
+    );
+    // Holds: 0.10 each for jobs 0 and 1 (still open), job 2 settled at its
+    // cost, nothing else.
+    let d = s.budget_day(day, usd("100")).await.unwrap();
+    assert_eq!((d.reserved_usd, d.used_usd), (usd("0.20"), usd("0.04")));
+    // The failure was refunded; the cancel too; the rest are charged.
+    let balance = db.tollgate.user(u.id).await.unwrap().balance;
+    assert_eq!(s.ledger_sum(u.id).await.unwrap(), balance);
+    let kinds = |events: Vec<tollgate::store::JobEvent>| -> Vec<String> {
+        events
+            .into_iter()
+            .map(|e| match e.detail["step"].as_str() {
+                Some(step) => format!("step:{step}"),
+                None => e.kind,
+            })
+            .collect()
+    };
+    // An attempt's end and its settlement are one statement's two trigger
+    // events: SQLite fires them in the other order, so they are compared
+    // as a pair.
+    let mut ended = kinds(s.job_events(c[2].job.id).await.unwrap());
+    ended[4..6].sort();
+    assert_eq!(
+        ended,
+        [
+            "created",
+            "claimed",
+            "attempt",
+            "submitted",
+            "attempt_ended",
+            "settled",
+            "succeeded",
+            "step:generate",
+            "step:review"
+        ]
+    );
+    assert_eq!(
+        kinds(s.job_events(c[1].job.id).await.unwrap()),
+        ["created", "claimed", "attempt", "step:readiness"]
+    );
+    assert_eq!(
+        kinds(s.job_events(c[4].job.id).await.unwrap()),
+        ["created", "claimed", "released"]
+    );
 }
 
 async fn a_group_commit_refuses_a_stale_unit_alone(db: TestDb) {

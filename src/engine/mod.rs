@@ -25,6 +25,9 @@ use tokio::task::{JoinHandle, JoinSet};
 const IDLE_POLL: Duration = Duration::from_secs(1);
 /// Jobs claimed in one conditional update at most.
 const CLAIM_BATCH: usize = 32;
+/// How long a claim waits for more runs to finish when only a few slots
+/// are free.
+const CLAIM_GATHER: Duration = Duration::from_millis(2);
 
 /// Running workers; `shutdown` stops them claiming and gives back what they hold.
 pub struct EngineHandle {
@@ -122,6 +125,24 @@ async fn dispatch(
             }
             continue;
         }
+        // A claim is a statement and a commit: while runs are finishing,
+        // wait a moment for a few more free slots rather than claiming one
+        // or two jobs at a time.
+        let gather = (CLAIM_BATCH.min(workers) / 4).max(1);
+        if free < gather {
+            let until = tokio::time::Instant::now() + CLAIM_GATHER;
+            while slots.available_permits() < gather && !runs.is_empty() {
+                tokio::select! {
+                    _ = runs.join_next() => {}
+                    _ = tokio::time::sleep_until(until) => break,
+                    _ = stopped.changed() => break,
+                }
+            }
+        }
+        if *stopped.borrow() {
+            continue;
+        }
+        let free = slots.available_permits();
         let n = free.min(CLAIM_BATCH);
         let lease_s = t.config().lease_s as f64;
         match t.store().claim_jobs(&node, n as i64, lease_s).await {

@@ -440,8 +440,9 @@ async fn progress_many(
 /// while its run holds the job and, when it holds budget, only while its day
 /// is not halted and the day's used and reserved amounts, plus this hold and
 /// the batch's holds before it, stay within the cap (the day's row is locked
-/// for the check; a trigger adds the holds to it). A day without a row gets
-/// one, and what it refused is tried once more. Returns the attempts written.
+/// for the check; a trigger adds the holds to it). What that refuses is tried
+/// again one by one, after a day without a row gets one. Returns the
+/// attempts written.
 async fn begin_many(
     conn: &mut Conn,
     rows: &[(i64, &NewAttempt)],
@@ -511,7 +512,12 @@ async fn begin_many(
         .await?;
         *statements += 1;
     }
-    took.extend(begin_holding(conn, WITH_HOLD, &refused, statements).await?);
+    // One at a time, in order: exactly what applying the units one by one
+    // would admit (a smaller hold after a refused one may still fit). Only
+    // a day at its cap or halted gets here.
+    for r in refused {
+        took.extend(begin_holding(conn, WITH_HOLD, &[r], statements).await?);
+    }
     Ok(took)
 }
 
