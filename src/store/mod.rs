@@ -66,6 +66,21 @@ pub enum StoreError {
 pub type StoreResult<T> = Result<T, StoreError>;
 
 impl StoreError {
+    /// The database could not be reached at all (no connection in time, or
+    /// it broke): nothing about any one statement.
+    pub fn is_unreachable(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Database(
+                sqlx::Error::PoolTimedOut
+                    | sqlx::Error::PoolClosed
+                    | sqlx::Error::Io(_)
+                    | sqlx::Error::Tls(_)
+                    | sqlx::Error::WorkerCrashed
+            )
+        )
+    }
+
     /// A failure that says nothing about the statements, only about their
     /// timing (PostgreSQL's deadlock_detected and serialization_failure; a
     /// busy SQLite): the same transaction again may well succeed.

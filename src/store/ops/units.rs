@@ -5,6 +5,7 @@
 //! PostgreSQL the first check locks the job's row, so the token cannot move
 //! before the transaction commits.
 
+use super::super::{col, Query};
 use super::*;
 use chrono::Utc;
 
@@ -55,6 +56,18 @@ impl Backend {
                     .await;
                 }
                 Err(e) if units.len() == 1 => return vec![Err(e)],
+                // No connection: applying each unit alone would only wait
+                // for one again, once per unit (minutes, in an outage).
+                Err(e) if e.is_unreachable() => {
+                    let why = e.to_string();
+                    let mut out = vec![Err(e)];
+                    out.extend((1..units.len()).map(|_| {
+                        Err(StoreError::Database(sqlx::Error::Io(
+                            std::io::Error::other(why.clone()),
+                        )))
+                    }));
+                    return out;
+                }
                 Err(e) => {
                     tracing::debug!(error = %e, units = units.len(), "a group commit failed; applying its units one by one");
                     let mut out = Vec::with_capacity(units.len());
@@ -401,8 +414,6 @@ async fn each<'q, T>(
     }
     Ok(out)
 }
-
-use super::super::{col, Query};
 
 fn ids(rows: &[Row]) -> StoreResult<std::collections::HashSet<uuid::Uuid>> {
     rows.iter()
