@@ -62,7 +62,7 @@ start_postgres() {
   "${as_pg[@]}" "$PG_BIN/initdb" -D "$PG_DIR/data" -U postgres -A trust --no-sync -E UTF8 >"$PG_DIR/initdb.log" 2>&1 \
     || { cat "$PG_DIR/initdb.log" >&2; return 1; }
   "${as_pg[@]}" "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -l "$PG_DIR/server.log" -w -t 60 start \
-    -o "-p $PG_PORT -k $PG_DIR -h 127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300" >/dev/null \
+    -o "-p $PG_PORT -k $PG_DIR -h 127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300 ${PG_EXTRA_OPTS:-}" >/dev/null \
     || { cat "$PG_DIR/server.log" >&2; return 1; }
   export TOLLGATE_TEST_POSTGRES_URL="postgres://postgres@127.0.0.1:$PG_PORT/postgres"
   say "PostgreSQL is up on 127.0.0.1:$PG_PORT"

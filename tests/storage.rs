@@ -507,3 +507,45 @@ async fn fs_store_is_private_and_leaves_no_temporary_files() {
         assert_eq!(file.permissions().mode() & 0o777, 0o600);
     }
 }
+
+/// A put makes the folders it needs only when they are missing (making an
+/// existing one still takes its parent's lock): one removed between puts,
+/// the temporary folder included, is made again, private to this user.
+#[tokio::test]
+async fn fs_store_makes_missing_folders_again() {
+    let t = TestStore::fs().await;
+    let ObjectStore::Fs(fs) = &t.store else {
+        unreachable!()
+    };
+    let put = |k: &'static str| {
+        let store = &t.store;
+        async move {
+            store
+                .put_if_absent(
+                    &key(k),
+                    Bytes::from_static(b"x"),
+                    &meta("j", None, "image/png"),
+                )
+                .await
+                .unwrap()
+        }
+    };
+    assert!(matches!(put("outputs/one").await, PutOutcome::Created));
+    std::fs::remove_dir_all(fs.root().join("~tmp")).unwrap();
+    std::fs::remove_dir_all(fs.root().join("outputs")).unwrap();
+    assert!(matches!(put("outputs/two").await, PutOutcome::Created));
+    assert!(matches!(put("deep/er/three").await, PutOutcome::Created));
+    assert_eq!(read_all(&t.store, &key("outputs/two")).await.1, "x");
+    assert_eq!(read_all(&t.store, &key("deep/er/three")).await.1, "x");
+    assert!(t.store.head(&key("outputs/one")).await.unwrap().is_none());
+    let tmp: Vec<_> = std::fs::read_dir(fs.root().join("~tmp")).unwrap().collect();
+    assert!(tmp.is_empty(), "temporary files left: {tmp:?}");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        for dir in ["~tmp", "outputs", "deep", "deep/er"] {
+            let m = std::fs::metadata(fs.root().join(dir)).unwrap();
+            assert_eq!(m.permissions().mode() & 0o777, 0o700, "{dir}");
+        }
+    }
+}

@@ -32,6 +32,10 @@ pub struct Run<'a> {
     /// moves, so one look-up per run rather than one per step. The bytes
     /// themselves are not kept (a run waiting on a provider holds none).
     asset_keys: std::sync::Mutex<Vec<(AssetId, Option<String>)>>,
+    /// The output this run just stored (its key and bytes), so the review
+    /// right after reads it from memory, not back from the store. Only an
+    /// output this run created: one found already stored is read back.
+    stored_output: Option<(String, bytes::Bytes)>,
 }
 
 impl<'a> Run<'a> {
@@ -51,6 +55,7 @@ impl<'a> Run<'a> {
             deferred: Vec::new(),
             attempt_floor: 0,
             asset_keys: Default::default(),
+            stored_output: None,
         }
     }
 
@@ -77,6 +82,20 @@ impl<'a> Run<'a> {
         match key {
             Some(k) => self.t.object_bytes(&k).await,
             None => Ok(None),
+        }
+    }
+
+    /// Keeps the bytes this run just stored at `key` for the steps after.
+    pub fn keep_stored_output(&mut self, key: &str, bytes: bytes::Bytes) {
+        self.stored_output = Some((key.to_string(), bytes));
+    }
+
+    /// The object at `key`: from memory when this run stored it, else from
+    /// the store; `None` when it is gone.
+    pub async fn output_bytes(&self, key: &str) -> StoreResult<Option<Vec<u8>>> {
+        match &self.stored_output {
+            Some((k, b)) if k == key => Ok(Some(b.to_vec())),
+            _ => self.t.object_bytes(key).await,
         }
     }
 

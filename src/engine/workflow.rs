@@ -194,7 +194,7 @@ async fn review(run: &mut Run<'_>) -> StoreResult<Next> {
     let mask = run.asset_bytes(edit.target.mask).await?;
     let key = run.progress.output.as_ref().map(|o| o.key.clone());
     let out = match key {
-        Some(k) => run.t.object_bytes(&k).await?,
+        Some(k) => run.output_bytes(&k).await?,
         None => None,
     };
     let kind = edit.target.kind;
@@ -261,7 +261,7 @@ async fn compare(run: &mut Run<'_>) -> StoreResult<Next> {
     let previous = run.t.job_output_bytes(against).await?;
     let key = run.progress.output.as_ref().map(|o| o.key.clone());
     let candidate = match key {
-        Some(k) => run.t.object_bytes(&k).await?,
+        Some(k) => run.output_bytes(&k).await?,
         None => None,
     };
     let kind = edit.target.kind;

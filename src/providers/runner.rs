@@ -466,13 +466,17 @@ impl Runner<'_, '_> {
                         content_type: content_type.clone(),
                     };
                     let size = bytes.len() as u64;
+                    let bytes = bytes::Bytes::from(bytes);
                     let put = self
                         .run
                         .t
                         .objects()
-                        .put_if_absent(&self.key, bytes.into(), &meta)
+                        .put_if_absent(&self.key, bytes.clone(), &meta)
                         .await
                         .map_err(internal)?;
+                    if let PutOutcome::Created = put {
+                        self.run.keep_stored_output(self.key.as_str(), bytes);
+                    }
                     return Ok(match put {
                         PutOutcome::Exists(m) if m.written_by != self.written_by() => failure(
                             "OUTPUT_KEY_CONFLICT",

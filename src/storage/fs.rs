@@ -214,11 +214,18 @@ fn put_blocking(
 
     let _cleanup = RemoveOnDrop(tmp);
     (|| {
-        if let Some(tmp_dir) = tmp.parent() {
-            // Recreated if an operator removed it while we ran.
-            create_private_dir_all(tmp_dir)?;
-        }
-        let mut f = private_create_new(tmp)?;
+        // Folders are made only when missing: making one that exists still
+        // takes its parent's lock, which every put would contend for.
+        let mut f = match private_create_new(tmp) {
+            Err(e) if is_missing(&e) => {
+                // Recreated if an operator removed it while we ran.
+                if let Some(tmp_dir) = tmp.parent() {
+                    create_private_dir_all(tmp_dir)?;
+                }
+                private_create_new(tmp)?
+            }
+            opened => opened?,
+        };
         f.write_all(&line)?;
         f.write_all(bytes)?;
         // Durable before it is visible: a crash must not leave a linked
@@ -235,8 +242,10 @@ fn put_blocking(
     let mut tries = 0;
     loop {
         tries += 1;
-        create_private_dir_all(parent)
-            .map_err(|e| io_err(&format!("creating {}", parent.display()), e))?;
+        if tries > 1 {
+            create_private_dir_all(parent)
+                .map_err(|e| io_err(&format!("creating {}", parent.display()), e))?;
+        }
         match std::fs::hard_link(tmp, path) {
             Ok(()) => break,
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
