@@ -322,7 +322,7 @@ async fn graphile(jobs: usize, concurrency: usize) -> f64 {
 
 async fn throughput() {
     let jobs: usize = arg("--jobs", "2000").parse().unwrap();
-    let workers: usize = arg("--workers", "64").parse().unwrap();
+    let workers: usize = arg("--workers", "256").parse().unwrap();
     let bin = arg("--tollgate", "target/release/tollgate");
     let mock_bin = arg("--mock", "target/release/tollgate-mock-provider");
     let port = free_port();

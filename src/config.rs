@@ -287,9 +287,11 @@ impl Config {
             per_minute("TOLLGATE_LOGINS_PER_ADDRESS_PER_MINUTE", 20)?;
 
         // Runs in flight at once on this node: each waits on its provider
-        // without a thread, so thousands are cheap.
+        // without a thread, so thousands are cheap. Enough by default that
+        // a node's group commits and claims gather many runs each (a drain
+        // at zero provider latency peaks near 256 on two cores).
         let workers = match non_empty("TOLLGATE_WORKERS") {
-            None => 16,
+            None => 256,
             Some(v) => v
                 .parse::<usize>()
                 .ok()
