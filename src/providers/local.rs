@@ -943,6 +943,59 @@ pub fn clip(prompt: &str, duration_s: u32, resolution: Resolution) -> Result<Vec
 
 #[cfg(test)]
 mod tests {
+    /// The separable square filter gives exactly imageproc's dilation and
+    /// erosion with `Norm::LInf`, at every size (one pixel, one row, one
+    /// column), density and radius the survey could meet.
+    #[test]
+    fn square_filter_matches_imageproc() {
+        use super::{square, Spread};
+        use image::{GrayImage, Luma};
+        use imageproc::distance_transform::Norm;
+        use imageproc::morphology::{dilate, erode};
+        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let sizes = [(1, 1), (1, 7), (7, 1), (2, 3), (5, 5), (13, 9), (64, 48)];
+        for (w, h) in sizes {
+            for density in [0u64, 10, 50, 90, 100] {
+                for _ in 0..4 {
+                    let img = GrayImage::from_fn(w, h, |_, _| {
+                        Luma([if next() % 100 < density {
+                            (next() % 255 + 1) as u8
+                        } else {
+                            0
+                        }])
+                    });
+                    for k in 0..=3u8 {
+                        // imageproc counts "no such pixel" as w + h away,
+                        // so within a k that large it answers wrongly for
+                        // an image all of one kind; the filter does not.
+                        if w + h <= u32::from(k) {
+                            continue;
+                        }
+                        let what = format!("{w}x{h}, {density}%, k {k}");
+                        let want = dilate(&img, Norm::LInf, k);
+                        assert_eq!(
+                            square(&img, k.into(), Spread::Foreground),
+                            want,
+                            "dilate {what}"
+                        );
+                        let want = erode(&img, Norm::LInf, k);
+                        assert_eq!(
+                            square(&img, k.into(), Spread::Background),
+                            want,
+                            "erode {what}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
     use super::*;
 
     fn photo() -> RgbImage {
@@ -1154,11 +1207,49 @@ fn is_skin(p: &Rgb<u8>) -> bool {
     (77.0..=127.0).contains(&cb) && (133.0..=173.0).contains(&cr) && r > 60.0
 }
 
+/// What a square window spreads over a binary image.
+#[derive(Clone, Copy)]
+enum Spread {
+    /// Dilation: a pixel is on when any pixel in its window is.
+    Foreground,
+    /// Erosion: a pixel is off when any pixel in its window is.
+    Background,
+}
+
+/// Binary dilation or erosion by the square of radius `k` (pixels within
+/// Chebyshev distance `k`, inside the image): what imageproc's `dilate` and
+/// `erode` give with `Norm::LInf` (non-zero is foreground; 255 or 0 out),
+/// as two separable passes. imageproc goes through distance transforms,
+/// which were most of the survey's time, once per job.
+fn square(img: &GrayImage, k: u32, spread: Spread) -> GrayImage {
+    let (w, h) = img.dimensions();
+    let hit = |v: u8| match spread {
+        Spread::Foreground => v > 0,
+        Spread::Background => v == 0,
+    };
+    let (hit_out, miss_out) = match spread {
+        Spread::Foreground => (255, 0),
+        Spread::Background => (0, 255),
+    };
+    // First along each row, then down each column of that.
+    let mut rows = vec![false; w as usize * h as usize];
+    for y in 0..h {
+        for x in 0..w {
+            let (x0, x1) = (x.saturating_sub(k), x.saturating_add(k).min(w - 1));
+            rows[(y * w + x) as usize] = (x0..=x1).any(|xx| hit(img.get_pixel(xx, y)[0]));
+        }
+    }
+    GrayImage::from_fn(w, h, |x, y| {
+        let (y0, y1) = (y.saturating_sub(k), y.saturating_add(k).min(h - 1));
+        let any = (y0..=y1).any(|yy| rows[(yy * w + x) as usize]);
+        Luma([if any { hit_out } else { miss_out }])
+    })
+}
+
 /// Separates the shapes that stand apart from the background: the border
 /// colours' foreground, opened and closed (so texture and thin seams do not
 /// count), then its connected regions.
 pub fn survey(photo: &RgbImage) -> Result<Survey, String> {
-    use imageproc::distance_transform::Norm;
     use imageproc::region_labelling::{connected_components, Connectivity};
     let small = if photo.width().max(photo.height()) > SURVEY_SIDE {
         imageops::thumbnail(
@@ -1171,8 +1262,8 @@ pub fn survey(photo: &RgbImage) -> Result<Survey, String> {
     };
     let (w, h) = small.dimensions();
     let fg = region(&small, TargetKind::Pet, None)?;
-    let fg = imageproc::morphology::open(&fg, Norm::LInf, 1);
-    let fg = imageproc::morphology::close(&fg, Norm::LInf, 2);
+    let fg = square(&square(&fg, 1, Spread::Background), 1, Spread::Foreground);
+    let fg = square(&square(&fg, 2, Spread::Foreground), 2, Spread::Background);
     let total = f64::from(w) * f64::from(h);
     let foreground = fg.pixels().filter(|p| p[0] > 0).count() as f64 / total;
     let labels = connected_components(&fg, Connectivity::Eight, Luma([0u8]));
