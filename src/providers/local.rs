@@ -943,12 +943,13 @@ pub fn clip(prompt: &str, duration_s: u32, resolution: Resolution) -> Result<Vec
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     /// The separable square filter gives exactly imageproc's dilation and
     /// erosion with `Norm::LInf`, at every size (one pixel, one row, one
     /// column), density and radius the survey could meet.
     #[test]
     fn square_filter_matches_imageproc() {
-        use super::{square, Spread};
         use image::{GrayImage, Luma};
         use imageproc::distance_transform::Norm;
         use imageproc::morphology::{dilate, erode};
@@ -995,8 +996,6 @@ mod tests {
             }
         }
     }
-
-    use super::*;
 
     fn photo() -> RgbImage {
         // Sky, lawn, and a brown "dog" in the middle.
