@@ -7,20 +7,29 @@ use super::*;
 
 impl Backend {
     /// Claims up to `n` jobs for `worker`, each leased for `lease_s`
-    /// seconds of the database's clock. Every claim's `claimed` event is
-    /// written by a trigger.
+    /// seconds of the database's clock, oldest first. Every claim's
+    /// `claimed` event is written by a trigger. The queued and the expired
+    /// are looked up apart, each in its own index's order (`jobs_queued`,
+    /// `jobs_claimable`), so a claim reads about `n` rows, not every job in
+    /// flight ahead of the queue.
     pub async fn claim_jobs(&self, worker: &str, n: i64, lease_s: f64) -> StoreResult<Vec<Claim>> {
         let sql = format!(
             concat!(
                 "UPDATE jobs SET status = 'running', lease_owner = $1, lease_expires_at = ",
                 now_plus_seconds!("$2"),
                 ", fencing_token = fencing_token + 1 \
-                 WHERE id IN (SELECT id FROM jobs WHERE status IN ('queued', 'running') \
-                              AND (status = 'queued' OR lease_expires_at < ",
-                now!(),
-                ") ORDER BY created_at LIMIT $3 ",
+                 WHERE id IN (SELECT id FROM (\
+                   SELECT id, created_at FROM (SELECT id, created_at FROM jobs \
+                     WHERE status = 'queued' ORDER BY created_at LIMIT $3 ",
                 for_update_skip_locked!(),
-                ") RETURNING {}, fencing_token"
+                ") AS queued UNION ALL \
+                   SELECT id, created_at FROM (SELECT id, created_at FROM jobs \
+                     WHERE status = 'running' AND lease_expires_at < ",
+                now!(),
+                " ORDER BY created_at LIMIT $3 ",
+                for_update_skip_locked!(),
+                ") AS expired) AS claimable ORDER BY created_at LIMIT $3) \
+                 RETURNING {}, fencing_token"
             ),
             JOB_COLUMNS
         );
