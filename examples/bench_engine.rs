@@ -23,11 +23,6 @@ use tollgate::model::{Credits, JobStatus, Role};
 use tollgate::store::{Backend, User};
 use tollgate::testkit::TestDb;
 
-// The allocator the `tollgate` binary runs on: the in-flight benchmark's
-// resident memory is the engine's on it.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 fn arg(name: &str, default: &str) -> String {
     let args: Vec<String> = std::env::args().collect();
     args.iter()

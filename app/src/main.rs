@@ -8,11 +8,6 @@ use tollgate::config::{Config, ConfigError, LogFormat};
 use tollgate::model::{Credits, Role};
 use tollgate::Tollgate;
 
-// A run allocates many small, short-lived buffers (rows, JSON, requests)
-// on every thread; glibc's malloc and free were a sixth of a worker's CPU.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 #[derive(Parser)]
 #[command(
     name = "tollgate",
