@@ -59,8 +59,10 @@ impl HttpProvider {
             client: reqwest::Client::builder()
                 .pool_idle_timeout(Duration::from_secs(30))
                 // Thousands of runs wait on predictions at once; a bounded
-                // pool keeps memory flat instead of a socket per run.
-                .pool_max_idle_per_host(64)
+                // pool keeps memory flat instead of a socket per run. As
+                // many as a node's runs in flight by default (256): fewer
+                // closed and reopened a connection for most calls under load.
+                .pool_max_idle_per_host(256)
                 .redirect(same_host_redirects())
                 .build()
                 .unwrap_or_default(),

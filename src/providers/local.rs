@@ -194,11 +194,16 @@ pub fn decode(bytes: &[u8]) -> Result<RgbImage, String> {
     Ok(img.to_rgb8())
 }
 
-fn dist(a: &Rgb<u8>, b: &Rgb<u8>) -> f64 {
-    let d: i32 = (0..3)
+/// The squared distance of two colours (their first three channels):
+/// exact in integers, so thresholds compare without a square root.
+fn dist2(a: &[u8], b: &[u8]) -> i32 {
+    (0..3)
         .map(|i| (i32::from(a[i]) - i32::from(b[i])).pow(2))
-        .sum();
-    f64::from(d).sqrt()
+        .sum()
+}
+
+fn dist(a: &Rgb<u8>, b: &Rgb<u8>) -> f64 {
+    f64::from(dist2(&a.0, &b.0)).sqrt()
 }
 
 /// The region to change, 255 inside. `area` uses the mask (any painted,
@@ -239,22 +244,14 @@ pub fn region(
         add(photo.get_pixel(w - 1, y));
     }
     let total: u64 = buckets.iter().map(|b| b.0).sum();
-    let background: Vec<Rgb<u8>> = buckets
+    let background: Vec<[u8; 3]> = buckets
         .iter()
         .filter(|b| b.0 > 0 && b.0 * 100 >= total * 8)
-        .map(|b| Rgb([0, 1, 2].map(|i| (b.1[i] / b.0) as u8)))
+        .map(|b| [0, 1, 2].map(|i| (b.1[i] / b.0) as u8))
         .collect();
-    // Within 48 of a background colour; compared squared, which is exact
-    // for integer distances and saves a square root per pixel and colour.
-    let background: Vec<[i32; 3]> = background
-        .iter()
-        .map(|b| [0, 1, 2].map(|i| i32::from(b[i])))
-        .collect();
-    let is_bg = |p: &[u8]| {
-        background
-            .iter()
-            .any(|b| (0..3).map(|i| (i32::from(p[i]) - b[i]).pow(2)).sum::<i32>() < 48 * 48)
-    };
+    // Within 48 of a background colour; compared squared, which saves a
+    // square root per pixel and colour.
+    let is_bg = |p: &[u8]| background.iter().any(|b| dist2(p, b) < 48 * 48);
     let (inside, outside) = match target {
         TargetKind::Background => (0, 255),
         _ => (255, 0),
@@ -773,10 +770,7 @@ fn change(photo: &RgbImage, other: &RgbImage, region: &GrayImage) -> (f64, f64) 
         .chunks_exact(3)
         .zip(other.as_raw().chunks_exact(3));
     for ((p, o), r) in pixels.zip(region.as_raw()) {
-        let d2: i32 = (0..3)
-            .map(|i| (i32::from(p[i]) - i32::from(o[i])).pow(2))
-            .sum();
-        let d = f64::from(d2).sqrt();
+        let d = f64::from(dist2(p, o)).sqrt();
         if *r > 0 {
             inside += d;
             n_in += 1.0;

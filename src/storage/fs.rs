@@ -47,6 +47,71 @@ const STALE_TMP: Duration = Duration::from_secs(60 * 60);
 #[derive(Clone, Debug)]
 pub struct FsStore {
     root: Arc<Path>,
+    folders: Arc<FolderSyncs>,
+}
+
+/// Group fsync of folders: the puts that linked into a folder while one
+/// fsync of it ran share the next one, instead of each syncing it again
+/// (a folder's fsync costs about as much as the object's own). A put
+/// returns only once an fsync that began after its link has finished.
+#[derive(Debug, Default)]
+struct FolderSyncs {
+    gates: std::sync::Mutex<std::collections::HashMap<PathBuf, Arc<FolderSync>>>,
+}
+
+#[derive(Debug, Default)]
+struct FolderSync {
+    state: std::sync::Mutex<SyncState>,
+    finished: std::sync::Condvar,
+}
+
+#[derive(Debug, Default)]
+struct SyncState {
+    /// Links made into the folder and waiting for durability, counted.
+    linked: u64,
+    /// Every link up to this count is durable.
+    synced: u64,
+    /// Whether a put is syncing the folder right now.
+    running: bool,
+    /// Folder fsyncs made, counted (for the tests).
+    runs: u64,
+}
+
+impl FolderSyncs {
+    /// Makes the folder's entries durable, covering every link made before
+    /// this call. Failures are not reported: the link already happened.
+    /// Returns this call's place in the count and what was durable then.
+    fn sync(&self, folder: &Path) -> (u64, u64) {
+        let gate = {
+            let mut gates = self.gates.lock().unwrap_or_else(|e| e.into_inner());
+            gates.entry(folder.to_path_buf()).or_default().clone()
+        };
+        let mut s = gate.state.lock().unwrap_or_else(|e| e.into_inner());
+        s.linked += 1;
+        let ticket = s.linked;
+        while s.synced < ticket {
+            if s.running {
+                s = gate.finished.wait(s).unwrap_or_else(|e| e.into_inner());
+                continue;
+            }
+            // This put syncs for itself and for every link counted so far.
+            s.running = true;
+            let covers = s.linked;
+            drop(s);
+            let ok = File::open(folder).and_then(|dir| dir.sync_all()).is_ok();
+            s = gate.state.lock().unwrap_or_else(|e| e.into_inner());
+            s.running = false;
+            s.runs += 1;
+            gate.finished.notify_all();
+            // A failed sync is not retried by the puts it would have
+            // covered (as before, each put's own sync was best effort).
+            s.synced = s.synced.max(covers);
+            if !ok {
+                break;
+            }
+        }
+        (ticket, s.synced)
+    }
 }
 
 /// The first line of every object file.
@@ -67,6 +132,7 @@ impl FsStore {
         let root: PathBuf = root.into();
         let store = FsStore {
             root: Arc::from(root.as_path()),
+            folders: Arc::default(),
         };
         let tmp = store.root.join(TMP_DIR);
         blocking(move || {
@@ -103,7 +169,8 @@ impl FsStore {
             content_type: meta.content_type.clone(),
             size: bytes.len() as u64,
         };
-        blocking(move || put_blocking(&path, &tmp, &header, &bytes)).await
+        let folders = self.folders.clone();
+        blocking(move || put_blocking(&path, &tmp, &header, &bytes, &folders)).await
     }
 
     pub async fn head(&self, key: &ObjectKey) -> Result<Option<ObjectMeta>, StorageError> {
@@ -202,6 +269,7 @@ fn put_blocking(
     tmp: &Path,
     header: &Header,
     bytes: &[u8],
+    folders: &FolderSyncs,
 ) -> Result<PutOutcome, StorageError> {
     // Cheap early answer for the common "already there" case; the link
     // below is what decides a race.
@@ -264,11 +332,10 @@ fn put_blocking(
             Err(e) => return Err(io_err(&format!("linking {}", path.display()), e)),
         }
     }
-    // The link is the commit; make the folder entry durable too. A failure
-    // here does not undo the put, so it is not reported as one.
-    if let Ok(dir) = File::open(parent) {
-        let _ = dir.sync_all();
-    }
+    // The link is the commit; make the folder entry durable too (with the
+    // other puts into it meanwhile). A failure here does not undo the put,
+    // so it is not reported as one.
+    folders.sync(parent);
     Ok(PutOutcome::Created)
 }
 
@@ -412,4 +479,55 @@ async fn blocking<T: Send + 'static>(
     tokio::task::spawn_blocking(f)
         .await
         .map_err(|e| StorageError::Io(format!("a blocking file task failed: {e}")))?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(syncs: &FolderSyncs, folder: &Path) -> (u64, u64, u64) {
+        let gates = syncs.gates.lock().unwrap();
+        let s = gates[folder].state.lock().unwrap();
+        (s.linked, s.synced, s.runs)
+    }
+
+    #[test]
+    fn one_put_at_a_time_syncs_the_folder_each_time() {
+        let dir = std::env::temp_dir().join(format!("tg-sync-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let syncs = FolderSyncs::default();
+        for _ in 0..3 {
+            syncs.sync(&dir);
+        }
+        assert_eq!(state(&syncs, &dir), (3, 3, 3));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn racing_puts_share_folder_syncs_and_each_is_covered() {
+        let dir = std::env::temp_dir().join(format!("tg-sync-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let syncs = Arc::new(FolderSyncs::default());
+        let n = 64;
+        let barrier = Arc::new(std::sync::Barrier::new(n));
+        let threads: Vec<_> = (0..n)
+            .map(|_| {
+                let (syncs, barrier, dir) = (syncs.clone(), barrier.clone(), dir.clone());
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    // On return, a sync that began after this call's link
+                    // has finished.
+                    let (ticket, synced) = syncs.sync(&dir);
+                    assert!(synced >= ticket, "{ticket} returned at {synced}");
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let (linked, synced, runs) = state(&syncs, &dir);
+        assert_eq!((linked, synced), (n as u64, n as u64));
+        assert!((1..=n as u64).contains(&runs), "{runs} folder syncs");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
