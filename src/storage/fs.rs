@@ -12,7 +12,11 @@
 //!   there, then hard-links it to the final name, which fails if that name
 //!   exists: the link is the atomic put-if-absent, across threads, processes
 //!   and nodes sharing the folder. The folder must therefore support hard
-//!   links (any local Linux file system does).
+//!   links (any local Linux file system does). On Linux the temporary file
+//!   has no name at all (`O_TMPFILE`) where the file system allows it, so
+//!   nothing is created in or removed from `~tmp/` and a crash leaves
+//!   nothing there. The folder a put links into is synced once for all the
+//!   puts that linked into it meanwhile.
 //!
 //! Everything blocking runs in `spawn_blocking`; reads stream through
 //! `tokio::fs`.
@@ -48,6 +52,8 @@ const STALE_TMP: Duration = Duration::from_secs(60 * 60);
 pub struct FsStore {
     root: Arc<Path>,
     folders: Arc<FolderSyncs>,
+    /// Whether puts write unnamed files (see `unnamed_files_work`).
+    unnamed: bool,
 }
 
 /// Group fsync of folders: the puts that linked into a folder while one
@@ -130,19 +136,19 @@ impl FsStore {
     /// `root`, and clears temporary files a crash left behind.
     pub async fn open(root: impl Into<PathBuf>) -> Result<FsStore, StorageError> {
         let root: PathBuf = root.into();
-        let store = FsStore {
-            root: Arc::from(root.as_path()),
-            folders: Arc::default(),
-        };
-        let tmp = store.root.join(TMP_DIR);
-        blocking(move || {
+        let tmp = root.join(TMP_DIR);
+        let unnamed = blocking(move || {
             create_private_dir_all(&tmp)
                 .map_err(|e| io_err(&format!("creating {}", tmp.display()), e))?;
             sweep_stale_temps(&tmp);
-            Ok(())
+            Ok(unnamed_files_work(&tmp))
         })
         .await?;
-        Ok(store)
+        Ok(FsStore {
+            root: Arc::from(root.as_path()),
+            folders: Arc::default(),
+            unnamed,
+        })
     }
 
     /// The folder this store lives in.
@@ -169,8 +175,8 @@ impl FsStore {
             content_type: meta.content_type.clone(),
             size: bytes.len() as u64,
         };
-        let folders = self.folders.clone();
-        blocking(move || put_blocking(&path, &tmp, &header, &bytes, &folders)).await
+        let (folders, unnamed) = (self.folders.clone(), self.unnamed);
+        blocking(move || put_blocking(&path, &tmp, &header, &bytes, &folders, unnamed)).await
     }
 
     pub async fn head(&self, key: &ObjectKey) -> Result<Option<ObjectMeta>, StorageError> {
@@ -270,6 +276,7 @@ fn put_blocking(
     header: &Header,
     bytes: &[u8],
     folders: &FolderSyncs,
+    unnamed: bool,
 ) -> Result<PutOutcome, StorageError> {
     // Cheap early answer for the common "already there" case; the link
     // below is what decides a race.
@@ -280,26 +287,11 @@ fn put_blocking(
         .map_err(|e| StorageError::Io(format!("encoding metadata: {e}")))?;
     line.push(b'\n');
 
-    let _cleanup = RemoveOnDrop(tmp);
-    (|| {
-        // Folders are made only when missing: making one that exists still
-        // takes its parent's lock, which every put would contend for.
-        let mut f = match private_create_new(tmp) {
-            Err(e) if is_missing(&e) => {
-                // Recreated if an operator removed it while we ran.
-                if let Some(tmp_dir) = tmp.parent() {
-                    create_private_dir_all(tmp_dir)?;
-                }
-                private_create_new(tmp)?
-            }
-            opened => opened?,
-        };
-        f.write_all(&line)?;
-        f.write_all(bytes)?;
-        // Durable before it is visible: a crash must not leave a linked
-        // object whose bytes never reached the disk.
-        f.sync_all()
-    })()
+    let written = if unnamed {
+        write_unnamed(tmp, &line, bytes)
+    } else {
+        write_named(tmp, &line, bytes)
+    }
     .map_err(|e| io_err(&format!("writing {}", tmp.display()), e))?;
 
     let parent = path
@@ -314,7 +306,7 @@ fn put_blocking(
             create_private_dir_all(parent)
                 .map_err(|e| io_err(&format!("creating {}", parent.display()), e))?;
         }
-        match std::fs::hard_link(tmp, path) {
+        match written.link(path) {
             Ok(()) => break,
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
                 return match open_object(path)? {
@@ -429,6 +421,114 @@ fn sweep_stale_temps(tmp: &Path) {
     }
 }
 
+/// An object's file, written and synced, waiting for its name.
+enum Written<'a> {
+    /// A temporary file in `~tmp`, removed when this is dropped.
+    Named(RemoveOnDrop<'a>),
+    /// A file without a name (Linux's `O_TMPFILE`): nothing to remove, no
+    /// folder's lock taken while it was made, and nothing left by a crash.
+    #[cfg(target_os = "linux")]
+    Unnamed(File),
+}
+
+impl Written<'_> {
+    /// Gives the file its name; fails if the name is taken.
+    fn link(&self, to: &Path) -> io::Result<()> {
+        match self {
+            Written::Named(tmp) => std::fs::hard_link(tmp.0, to),
+            #[cfg(target_os = "linux")]
+            Written::Unnamed(file) => {
+                use std::os::fd::AsRawFd;
+                // The descriptor's /proc link names the unnamed inode;
+                // following it needs no privilege (AT_EMPTY_PATH would).
+                let source = format!("/proc/self/fd/{}", file.as_raw_fd());
+                rustix::fs::linkat(
+                    rustix::fs::CWD,
+                    source.as_str(),
+                    rustix::fs::CWD,
+                    to,
+                    rustix::fs::AtFlags::SYMLINK_FOLLOW,
+                )
+                .map_err(io::Error::from)
+            }
+        }
+    }
+}
+
+/// The header line and the bytes, durable, in a temporary file named
+/// `tmp` (its folder made again if an operator removed it).
+fn write_named<'a>(tmp: &'a Path, line: &[u8], bytes: &[u8]) -> io::Result<Written<'a>> {
+    let cleanup = RemoveOnDrop(tmp);
+    // Folders are made only when missing: making one that exists still
+    // takes its parent's lock, which every put would contend for.
+    let mut f = match private_create_new(tmp) {
+        Err(e) if is_missing(&e) => {
+            if let Some(tmp_dir) = tmp.parent() {
+                create_private_dir_all(tmp_dir)?;
+            }
+            private_create_new(tmp)?
+        }
+        opened => opened?,
+    };
+    f.write_all(line)?;
+    f.write_all(bytes)?;
+    // Durable before it is visible: a crash must not leave a linked
+    // object whose bytes never reached the disk.
+    f.sync_all()?;
+    Ok(Written::Named(cleanup))
+}
+
+/// The same, in a file without a name in `tmp`'s folder.
+#[cfg(target_os = "linux")]
+fn write_unnamed<'a>(tmp: &'a Path, line: &[u8], bytes: &[u8]) -> io::Result<Written<'a>> {
+    let folder = tmp.parent().unwrap_or(tmp);
+    let mut f = match create_unnamed(folder) {
+        Err(e) if is_missing(&e) => {
+            create_private_dir_all(folder)?;
+            create_unnamed(folder)?
+        }
+        opened => opened?,
+    };
+    f.write_all(line)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    Ok(Written::Unnamed(f))
+}
+
+#[cfg(not(target_os = "linux"))]
+fn write_unnamed<'a>(tmp: &'a Path, line: &[u8], bytes: &[u8]) -> io::Result<Written<'a>> {
+    write_named(tmp, line, bytes)
+}
+
+/// A private file without a name in `folder`, for writing.
+#[cfg(target_os = "linux")]
+fn create_unnamed(folder: &Path) -> io::Result<File> {
+    use rustix::fs::{Mode, OFlags};
+    let fd = rustix::fs::open(
+        folder,
+        OFlags::WRONLY | OFlags::TMPFILE | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o600),
+    )?;
+    Ok(File::from(fd))
+}
+
+/// Whether this folder's file system makes and links unnamed files (Linux
+/// with /proc, and a file system with `O_TMPFILE`: ext4, xfs, btrfs,
+/// tmpfs). Tried once when the store opens; otherwise puts use named
+/// temporary files.
+#[cfg(target_os = "linux")]
+fn unnamed_files_work(tmp_dir: &Path) -> bool {
+    let probe = tmp_dir.join(format!("probe-{}", uuid::Uuid::new_v4().simple()));
+    let linked = write_unnamed(&probe, b"", b"").and_then(|w| w.link(&probe));
+    let _ = std::fs::remove_file(&probe);
+    linked.is_ok()
+}
+
+#[cfg(not(target_os = "linux"))]
+fn unnamed_files_work(_tmp_dir: &Path) -> bool {
+    false
+}
+
 struct RemoveOnDrop<'a>(&'a Path);
 
 impl Drop for RemoveOnDrop<'_> {
@@ -489,6 +589,74 @@ mod tests {
         let gates = syncs.gates.lock().unwrap();
         let s = gates[folder].state.lock().unwrap();
         (s.linked, s.synced, s.runs)
+    }
+
+    fn put(root: &Path, key: &str, unnamed: bool, folders: &FolderSyncs) -> PutOutcome {
+        let header = Header {
+            v: 1,
+            key: key.into(),
+            written_by: "test".into(),
+            provider: None,
+            content_type: "image/png".into(),
+            size: 5,
+        };
+        let tmp = root
+            .join(TMP_DIR)
+            .join(uuid::Uuid::new_v4().simple().to_string());
+        let path = root.join(format!("{key}{SUFFIX}"));
+        put_blocking(&path, &tmp, &header, b"bytes", folders, unnamed).unwrap()
+    }
+
+    #[test]
+    fn puts_with_named_and_unnamed_temporary_files_alike() {
+        let root = std::env::temp_dir().join(format!("tg-put-{}", uuid::Uuid::new_v4()));
+        let tmp = root.join(TMP_DIR);
+        create_private_dir_all(&tmp).unwrap();
+        // Linux's file systems here take unnamed files; elsewhere puts
+        // always name them.
+        assert_eq!(unnamed_files_work(&tmp), cfg!(target_os = "linux"));
+        let folders = FolderSyncs::default();
+        for unnamed in [false, true] {
+            let key = format!("outputs/{unnamed}");
+            assert!(matches!(
+                put(&root, &key, unnamed, &folders),
+                PutOutcome::Created
+            ));
+            // The second put of a key finds the first, whichever way.
+            for again in [false, true] {
+                match put(&root, &key, again, &folders) {
+                    PutOutcome::Exists(meta) => assert_eq!(meta.written_by, "test"),
+                    PutOutcome::Created => panic!("{key} was put twice"),
+                }
+            }
+            let path = root.join(format!("{key}{SUFFIX}"));
+            let (mut file, meta, header_len) = open_object(&path).unwrap().unwrap();
+            assert_eq!((meta.size, meta.content_type.as_str()), (5, "image/png"));
+            file.seek(SeekFrom::Start(header_len)).unwrap();
+            let mut body = Vec::new();
+            file.read_to_end(&mut body).unwrap();
+            assert_eq!(body, b"bytes");
+            #[cfg(unix)]
+            {
+                use std::os::unix::fs::PermissionsExt;
+                let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+                assert_eq!(mode & 0o777, 0o600, "{key} is private");
+            }
+        }
+        // Nothing is left in the temporary folder by either way.
+        assert_eq!(std::fs::read_dir(&tmp).unwrap().count(), 0);
+        // A missing temporary folder is made again, either way.
+        std::fs::remove_dir(&tmp).unwrap();
+        assert!(matches!(
+            put(&root, "outputs/a", true, &folders),
+            PutOutcome::Created
+        ));
+        std::fs::remove_dir(&tmp).unwrap();
+        assert!(matches!(
+            put(&root, "outputs/b", false, &folders),
+            PutOutcome::Created
+        ));
+        std::fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]
