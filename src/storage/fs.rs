@@ -455,18 +455,20 @@ impl Written<'_> {
     }
 }
 
-/// The header line and the bytes, durable, in a temporary file named
-/// `tmp` (its folder made again if an operator removed it).
-fn write_named<'a>(tmp: &'a Path, line: &[u8], bytes: &[u8]) -> io::Result<Written<'a>> {
-    let cleanup = RemoveOnDrop(tmp);
+/// The header line and the bytes, durable, in a file `create` makes in
+/// `folder` (the folder made again if an operator removed it).
+fn write_synced(
+    folder: &Path,
+    create: impl Fn() -> io::Result<File>,
+    line: &[u8],
+    bytes: &[u8],
+) -> io::Result<File> {
     // Folders are made only when missing: making one that exists still
     // takes its parent's lock, which every put would contend for.
-    let mut f = match private_create_new(tmp) {
+    let mut f = match create() {
         Err(e) if is_missing(&e) => {
-            if let Some(tmp_dir) = tmp.parent() {
-                create_private_dir_all(tmp_dir)?;
-            }
-            private_create_new(tmp)?
+            create_private_dir_all(folder)?;
+            create()?
         }
         opened => opened?,
     };
@@ -475,23 +477,22 @@ fn write_named<'a>(tmp: &'a Path, line: &[u8], bytes: &[u8]) -> io::Result<Writt
     // Durable before it is visible: a crash must not leave a linked
     // object whose bytes never reached the disk.
     f.sync_all()?;
+    Ok(f)
+}
+
+/// The object's file as a temporary file named `tmp`.
+fn write_named<'a>(tmp: &'a Path, line: &[u8], bytes: &[u8]) -> io::Result<Written<'a>> {
+    let cleanup = RemoveOnDrop(tmp);
+    let folder = tmp.parent().unwrap_or(tmp);
+    write_synced(folder, || private_create_new(tmp), line, bytes)?;
     Ok(Written::Named(cleanup))
 }
 
-/// The same, in a file without a name in `tmp`'s folder.
+/// The object's file without a name, in `tmp`'s folder.
 #[cfg(target_os = "linux")]
 fn write_unnamed<'a>(tmp: &'a Path, line: &[u8], bytes: &[u8]) -> io::Result<Written<'a>> {
     let folder = tmp.parent().unwrap_or(tmp);
-    let mut f = match create_unnamed(folder) {
-        Err(e) if is_missing(&e) => {
-            create_private_dir_all(folder)?;
-            create_unnamed(folder)?
-        }
-        opened => opened?,
-    };
-    f.write_all(line)?;
-    f.write_all(bytes)?;
-    f.sync_all()?;
+    let f = write_synced(folder, || create_unnamed(folder), line, bytes)?;
     Ok(Written::Unnamed(f))
 }
 
