@@ -292,7 +292,16 @@ fn put_blocking(
     } else {
         write_named(tmp, &line, bytes)
     }
-    .map_err(|e| io_err(&format!("writing {}", tmp.display()), e))?;
+    .map_err(|e| {
+        // An unnamed file has no path of its own: name its folder.
+        let through = if unnamed {
+            tmp.parent().unwrap_or(tmp)
+        } else {
+            tmp
+        };
+        let what = format!("writing {} through {}", path.display(), through.display());
+        io_err(&what, e)
+    })?;
 
     let parent = path
         .parent()
