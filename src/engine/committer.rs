@@ -5,9 +5,14 @@
 //! Under load the batches grow by themselves: while one transaction is in
 //! flight the next batch gathers, as in River's batch completer and
 //! Restate's log writer (one batch, one commit, then every waiter).
+//!
+//! On PostgreSQL the committer has a thread, a runtime and a connection of
+//! its own: on the node's busy runtime it waited longer to be polled than
+//! its transaction took, and every run waits on it.
 
-use crate::store::{Applied, Store, StoreError, StoreResult, Unit};
+use crate::store::{Applied, Backend, Store, StoreError, StoreResult, Unit};
 use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
 
 /// Units applied in one transaction at most.
 const BATCH_MAX: usize = 128;
@@ -27,11 +32,22 @@ pub struct Committer {
 }
 
 impl Committer {
-    /// Starts the committer task over `store`.
-    pub fn start(store: Store) -> Committer {
+    /// Starts the committer over `store`. The handle it also returns ends
+    /// once the last `Committer` is dropped and every unit is answered.
+    pub fn start(store: Store) -> (Committer, JoinHandle<()>) {
         let (queue, requests) = mpsc::channel(QUEUE_MAX);
-        tokio::spawn(commit_loop(store, requests));
-        Committer { queue }
+        let finished = match store.backend() {
+            Backend::Postgres => match on_own_thread(store.clone(), requests) {
+                Ok(finished) => finished,
+                Err((e, requests)) => {
+                    tracing::warn!(error = %e, "no thread for the committer; it shares the runtime");
+                    tokio::spawn(commit_loop(store, requests))
+                }
+            },
+            // One writer connection: a committer elsewhere would wait for it.
+            Backend::Sqlite => tokio::spawn(commit_loop(store, requests)),
+        };
+        (Committer { queue }, finished)
     }
 
     /// Applies `unit` (with others gathered meanwhile) and waits for its
@@ -46,6 +62,46 @@ impl Committer {
             .await
             .map_err(|_| StoreError::Corrupt("the committer dropped a unit".into()))?
     }
+}
+
+type Requests = mpsc::Receiver<Request>;
+
+/// Runs the loop on a thread with a single-threaded runtime and a writer
+/// connection of its own; the requests come back if there is no thread.
+fn on_own_thread(
+    store: Store,
+    requests: Requests,
+) -> Result<JoinHandle<()>, (std::io::Error, Requests)> {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => return Err((e, requests)),
+    };
+    let (done, finished) = oneshot::channel::<()>();
+    // The requests move into the thread only once it exists.
+    let (hand_over, handed) = std::sync::mpsc::sync_channel::<Requests>(1);
+    let spawned = std::thread::Builder::new()
+        .name("tollgate-committer".into())
+        .spawn(move || {
+            let Ok(requests) = handed.recv() else { return };
+            runtime.block_on(async move {
+                // Opened here: its connection belongs to this runtime.
+                if let Some(own) = store.dedicated_writer() {
+                    commit_loop(own.clone(), requests).await;
+                    own.close().await;
+                }
+            });
+            let _ = done.send(());
+        });
+    if let Err(e) = spawned {
+        return Err((e, requests));
+    }
+    let _ = hand_over.send(requests);
+    Ok(tokio::spawn(async move {
+        let _ = finished.await;
+    }))
 }
 
 async fn commit_loop(store: Store, mut requests: mpsc::Receiver<Request>) {

@@ -57,7 +57,7 @@ pub fn start(tollgate: Tollgate, workers: usize) -> EngineHandle {
         std::process::id(),
         &uuid::Uuid::new_v4().simple().to_string()[..8]
     );
-    let committer = Committer::start(tollgate.store().clone());
+    let (committer, committer_finished) = Committer::start(tollgate.store().clone());
     let mut tasks = vec![
         tokio::spawn(dispatch(
             tollgate.clone(),
@@ -97,6 +97,8 @@ pub fn start(tollgate: Tollgate, workers: usize) -> EngineHandle {
             }
         }
     }));
+    // Last: it finishes once the runs above have gone and their units are answered.
+    tasks.push(committer_finished);
     EngineHandle { stop, tasks }
 }
 

@@ -201,6 +201,17 @@ impl Store {
         }
     }
 
+    /// A store for a writer on a runtime of its own (the group committer):
+    /// on PostgreSQL the same database and counters over its own connection,
+    /// opened on the runtime this is called on. SQLite has one writer
+    /// connection, and a second would only wait for it: `None`.
+    pub fn dedicated_writer(&self) -> Option<Store> {
+        match self {
+            Store::Sqlite(_) => None,
+            Store::Postgres(s) => Some(Store::Postgres(s.dedicated_writer())),
+        }
+    }
+
     pub fn backend(&self) -> Backend {
         match self {
             Store::Sqlite(_) => Backend::Sqlite,

@@ -124,6 +124,22 @@ impl Backend {
         self.writer.clone()
     }
 
+    /// The same database and counters over a pool of one connection of its
+    /// own, opened lazily on the runtime this is called on (a pool's
+    /// connections belong to the runtime that opened them).
+    pub fn dedicated_writer(&self) -> Backend {
+        let options = (*self.writer.connect_options()).clone();
+        let pool = PgPoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(std::time::Duration::from_secs(10))
+            .connect_lazy_with(options);
+        Backend {
+            writer: pool.clone(),
+            reader: pool,
+            counters: self.counters.clone(),
+        }
+    }
+
     pub async fn migrate(&self) -> StoreResult<()> {
         MIGRATOR.run(&self.writer).await?;
         tower_sessions_sqlx_store::PostgresStore::new(self.writer.clone())
