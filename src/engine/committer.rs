@@ -67,25 +67,23 @@ impl Committer {
 type Requests = mpsc::Receiver<Request>;
 
 /// Runs the loop on a thread with a single-threaded runtime and a writer
-/// connection of its own; the requests come back if there is no thread.
+/// connection of its own; the requests come back if there is no thread or
+/// no runtime. The thread exists before the runtime is built, so a runtime
+/// is only ever dropped there (dropping one inside the node's runtime would
+/// panic).
 fn on_own_thread(
     store: Store,
     requests: Requests,
 ) -> Result<JoinHandle<()>, (std::io::Error, Requests)> {
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => return Err((e, requests)),
-    };
     let (done, finished) = oneshot::channel::<()>();
-    // The requests move into the thread only once it exists.
-    let (hand_over, handed) = std::sync::mpsc::sync_channel::<Requests>(1);
+    let (hand_over, handed) =
+        std::sync::mpsc::sync_channel::<(tokio::runtime::Runtime, Requests)>(1);
     let spawned = std::thread::Builder::new()
         .name("tollgate-committer".into())
         .spawn(move || {
-            let Ok(requests) = handed.recv() else { return };
+            let Ok((runtime, requests)) = handed.recv() else {
+                return;
+            };
             runtime.block_on(async move {
                 // Opened here: its connection belongs to this runtime.
                 if let Some(own) = store.dedicated_writer() {
@@ -98,7 +96,24 @@ fn on_own_thread(
     if let Err(e) = spawned {
         return Err((e, requests));
     }
-    let _ = hand_over.send(requests);
+    // Without a runtime the hand-over is dropped, and the thread ends.
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => return Err((e, requests)),
+    };
+    if let Err(std::sync::mpsc::SendError((runtime, requests))) =
+        hand_over.send((runtime, requests))
+    {
+        // The thread has gone already; the only drop allowed here.
+        runtime.shutdown_background();
+        return Err((
+            std::io::Error::other("the committer's thread ended"),
+            requests,
+        ));
+    }
     Ok(tokio::spawn(async move {
         let _ = finished.await;
     }))
