@@ -25,6 +25,7 @@ both_backends!(
     login_says_the_same_for_unknown_email_and_wrong_password,
     logins_are_rate_limited_per_account,
     password_change_requires_the_current_one,
+    assets_are_found_where_they_are_stored_in_one_lookup,
 );
 
 async fn user(db: &TestDb, email: &str, role: Role) -> tollgate::store::User {
@@ -518,4 +519,31 @@ async fn password_change_requires_the_current_one(db: TestDb) {
         .login("u@example.com", "a new long password", None)
         .await
         .is_ok());
+}
+
+async fn assets_are_found_where_they_are_stored_in_one_lookup(db: TestDb) {
+    let u = user(&db, "maker@example.com", Role::User).await;
+    let mut uploaded = Vec::new();
+    for (w, h) in [(64, 48), (48, 64)] {
+        let bytes = tollgate::testkit::photo_of_a_dog(w, h);
+        let a = db
+            .tollgate
+            .upload_asset(&u, Some("image/png"), bytes.into())
+            .await
+            .expect("uploading a photo");
+        uploaded.push(a);
+    }
+    let unknown = tollgate::model::AssetId(uuid::Uuid::new_v4());
+    let ids = [uploaded[0].id, unknown, uploaded[1].id];
+    let mut found = db.store().asset_object_keys(&ids).await.unwrap();
+    found.sort_by_key(|(id, _)| ids.iter().position(|i| i == id));
+    let expected: Vec<_> = uploaded
+        .iter()
+        .map(|a| (a.id, a.object_key.clone()))
+        .collect();
+    assert_eq!(
+        found, expected,
+        "each known asset once, the unknown left out"
+    );
+    assert!(db.store().asset_object_keys(&[]).await.unwrap().is_empty());
 }

@@ -13,9 +13,11 @@ mod workflow;
 pub use committer::Committer;
 pub use run::Run;
 
+use crate::model::AssetId;
 use crate::store::{Claim, Op, StoreError, Unit};
 use crate::Tollgate;
 use chrono::Utc;
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
@@ -150,14 +152,23 @@ async fn dispatch(
         match t.store().claim_jobs(&node, n as i64, lease_s).await {
             Ok(claims) if !claims.is_empty() => {
                 let full = claims.len() == n;
+                let stored_at = asset_keys(&t, &claims).await;
                 for claim in claims {
                     let Ok(permit) = slots.clone().acquire_owned().await else {
                         break;
                     };
+                    let known = claim
+                        .job
+                        .request
+                        .assets()
+                        .into_iter()
+                        .filter_map(|a| stored_at.as_ref().map(|m| (a, m.get(&a).cloned())))
+                        .collect();
                     runs.spawn(run_claim(
                         t.clone(),
                         committer.clone(),
                         claim,
+                        known,
                         stopped.clone(),
                         permit,
                     ));
@@ -234,10 +245,30 @@ async fn listen(t: Tollgate, mut stopped: watch::Receiver<bool>) {
     }
 }
 
+/// Where the assets of a claimed batch are stored, in one look-up (an
+/// asset's object never moves), so no run asks on its own. `None` when the
+/// look-up failed: each run then asks itself.
+async fn asset_keys(t: &Tollgate, claims: &[Claim]) -> Option<HashMap<AssetId, String>> {
+    let mut ids: Vec<AssetId> = claims.iter().flat_map(|c| c.job.request.assets()).collect();
+    ids.sort_unstable_by_key(|a| a.0);
+    ids.dedup();
+    if ids.is_empty() {
+        return Some(HashMap::new());
+    }
+    match t.store().asset_object_keys(&ids).await {
+        Ok(found) => Some(found.into_iter().collect()),
+        Err(e) => {
+            tracing::warn!(error = %e, "looking up the claimed jobs' assets failed; each run will");
+            None
+        }
+    }
+}
+
 async fn run_claim(
     t: Tollgate,
     committer: Committer,
     claim: Claim,
+    known_assets: Vec<(AssetId, Option<String>)>,
     stopped: watch::Receiver<bool>,
     _slot: OwnedSemaphorePermit,
 ) {
@@ -248,7 +279,7 @@ async fn run_claim(
     let inner = {
         let t = t.clone();
         tokio::spawn(async move {
-            let mut run = Run::new(&t, &claim, &committer, stopped);
+            let mut run = Run::new(&t, &claim, &committer, stopped, known_assets);
             workflow::run(&mut run).await
         })
     };

@@ -32,6 +32,10 @@ pub struct Run<'a> {
     /// moves, so one look-up per run rather than one per step. The bytes
     /// themselves are not kept (a run waiting on a provider holds none).
     asset_keys: std::sync::Mutex<Vec<(AssetId, Option<String>)>>,
+    /// Images the readiness check read, kept for the paid call's first
+    /// send right after (which takes them): read once from the store, not
+    /// twice, and not held while the run waits on a provider.
+    kept_for_send: std::sync::Mutex<Vec<(AssetId, Vec<u8>)>>,
     /// The output this run just stored (its key and bytes), so the review
     /// right after reads it from memory, not back from the store. Only an
     /// output this run created: one found already stored is read back.
@@ -44,6 +48,7 @@ impl<'a> Run<'a> {
         claim: &'a Claim,
         committer: &'a Committer,
         stopped: watch::Receiver<bool>,
+        known_assets: Vec<(AssetId, Option<String>)>,
     ) -> Run<'a> {
         Run {
             t,
@@ -54,7 +59,8 @@ impl<'a> Run<'a> {
             progress_changed: false,
             deferred: Vec::new(),
             attempt_floor: 0,
-            asset_keys: Default::default(),
+            asset_keys: std::sync::Mutex::new(known_assets),
+            kept_for_send: Default::default(),
             stored_output: None,
         }
     }
@@ -66,6 +72,12 @@ impl<'a> Run<'a> {
     /// An asset's bytes; `None` when the asset or its object is gone.
     pub async fn asset_bytes(&self, id: Option<AssetId>) -> StoreResult<Option<Vec<u8>>> {
         let Some(id) = id else { return Ok(None) };
+        {
+            let mut kept = self.kept_for_send.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(i) = kept.iter().position(|(a, _)| *a == id) {
+                return Ok(Some(kept.swap_remove(i).1));
+            }
+        }
         let keys = || self.asset_keys.lock().unwrap_or_else(|e| e.into_inner());
         let known = keys()
             .iter()
@@ -83,6 +95,15 @@ impl<'a> Run<'a> {
             Some(k) => self.t.object_bytes(&k).await,
             None => Ok(None),
         }
+    }
+
+    /// Keeps an image the readiness check read for the next `asset_bytes`
+    /// of it (the paid call's input, built right after).
+    pub fn keep_for_send(&self, id: AssetId, bytes: &[u8]) {
+        self.kept_for_send
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((id, bytes.to_vec()));
     }
 
     /// Keeps the bytes this run just stored at `key` for the steps after.

@@ -127,6 +127,10 @@ async fn readiness(run: &mut Run<'_>) -> StoreResult<Next> {
         ));
     };
     let mask = run.asset_bytes(edit.target.mask).await?;
+    run.keep_for_send(edit.source, &photo);
+    if let (Some(id), Some(m)) = (edit.target.mask, &mask) {
+        run.keep_for_send(id, m);
+    }
     let (kind, description) = (edit.target.kind, edit.target.description.clone());
     if let Some(checker) = run.t.models().checker.clone() {
         let edit = edit.clone();

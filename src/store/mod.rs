@@ -405,6 +405,11 @@ impl Store {
         dispatch!(self, s => s.asset(id).await)
     }
 
+    /// Where each of these assets is stored (unknown ids left out).
+    pub async fn asset_object_keys(&self, ids: &[AssetId]) -> StoreResult<Vec<(AssetId, String)>> {
+        dispatch!(self, s => s.asset_object_keys(ids).await)
+    }
+
     /// Rules 1 and 2: inserts the job (do nothing when the user's key exists)
     /// and its debit in one transaction, or reads back the job already made
     /// under the key. `InsufficientCredits` leaves nothing behind.
@@ -776,4 +781,25 @@ impl Store {
     pub async fn settle_left_holds(&self) -> StoreResult<u64> {
         dispatch!(self, s => s.settle_left_holds().await)
     }
+}
+
+/// A connection idle at least this long is pinged before it is handed out.
+const PING_IDLE_AFTER: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Pool options both backends start from. sqlx pings every connection it
+/// takes back (its release check) and, by default, again before lending
+/// it out: two extra round trips around every statement a pool runs. One
+/// that came back moments ago was checked then, so only a connection idle
+/// for a while is pinged before use (a restarted server, a dropped link).
+fn pool_options<DB: sqlx::Database>() -> sqlx::pool::PoolOptions<DB> {
+    sqlx::pool::PoolOptions::<DB>::new()
+        .test_before_acquire(false)
+        .before_acquire(|conn, meta| {
+            Box::pin(async move {
+                if meta.idle_for >= PING_IDLE_AFTER {
+                    sqlx::Connection::ping(conn).await?;
+                }
+                Ok(true)
+            })
+        })
 }

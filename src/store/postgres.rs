@@ -5,7 +5,6 @@
 
 use super::{Counters, StoreResult};
 use crate::model::JobId;
-use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
 use std::sync::Arc;
 
@@ -108,7 +107,7 @@ pub struct Backend {
 
 impl Backend {
     pub async fn connect(url: &str, counters: Arc<Counters>) -> StoreResult<Backend> {
-        let pool = PgPoolOptions::new()
+        let pool = super::pool_options::<Db>()
             .max_connections(CONNECTIONS_MAX)
             .acquire_timeout(std::time::Duration::from_secs(10))
             .connect(url)
@@ -129,7 +128,7 @@ impl Backend {
     /// connections belong to the runtime that opened them).
     pub fn dedicated_writer(&self) -> Backend {
         let options = (*self.writer.connect_options()).clone();
-        let pool = PgPoolOptions::new()
+        let pool = super::pool_options::<Db>()
             .max_connections(1)
             .acquire_timeout(std::time::Duration::from_secs(10))
             .connect_lazy_with(options);

@@ -6,7 +6,7 @@
 //! separate pool; WAL lets them run beside the writer.
 
 use super::{Counters, StoreError, StoreResult};
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
 use sqlx::SqlitePool;
 use std::str::FromStr;
 use std::sync::Arc;
@@ -121,11 +121,11 @@ impl Backend {
                     .map_err(|e| StoreError::Database(sqlx::Error::Io(e)))?;
             }
         }
-        let writer = SqlitePoolOptions::new()
+        let writer = super::pool_options::<Db>()
             .max_connections(1)
             .connect_with(options.clone())
             .await?;
-        let reader = SqlitePoolOptions::new()
+        let reader = super::pool_options::<Db>()
             .max_connections(READERS_MAX)
             .connect_with(options)
             .await?;
