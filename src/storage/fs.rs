@@ -8,8 +8,9 @@
 //!   The file is one JSON line of metadata, then the object's bytes: the
 //!   metadata becomes visible in the same instant as the object, so `head`
 //!   never sees one without the other.
-//! - `~tmp/`: files being written. A put writes and fsyncs a temporary file
-//!   there, then hard-links it to the final name, which fails if that name
+//! - `~tmp/`: files being written. A put writes a temporary file there,
+//!   makes it durable (with the other puts' files: see `FileSyncs`), then
+//!   hard-links it to the final name, which fails if that name
 //!   exists: the link is the atomic put-if-absent, across threads, processes
 //!   and nodes sharing the folder. The folder must therefore support hard
 //!   links (any local Linux file system does). On Linux the temporary file
@@ -52,6 +53,7 @@ const STALE_TMP: Duration = Duration::from_secs(60 * 60);
 pub struct FsStore {
     root: Arc<Path>,
     folders: Arc<FolderSyncs>,
+    files: Arc<FileSyncs>,
     /// Whether puts write unnamed files (see `unnamed_files_work`).
     unnamed: bool,
 }
@@ -62,25 +64,61 @@ pub struct FsStore {
 /// returns only once an fsync that began after its link has finished.
 #[derive(Debug, Default)]
 struct FolderSyncs {
-    gates: std::sync::Mutex<std::collections::HashMap<PathBuf, Arc<FolderSync>>>,
+    gates: std::sync::Mutex<std::collections::HashMap<PathBuf, Arc<SyncGroup>>>,
 }
 
+/// Callers that need one sync each share it: whoever arrives while no sync
+/// runs starts one that covers everyone counted so far; whoever arrives
+/// while one runs waits for the next.
 #[derive(Debug, Default)]
-struct FolderSync {
+struct SyncGroup {
     state: std::sync::Mutex<SyncState>,
     finished: std::sync::Condvar,
 }
 
 #[derive(Debug, Default)]
 struct SyncState {
-    /// Links made into the folder and waiting for durability, counted.
-    linked: u64,
-    /// Every link up to this count is durable.
+    /// Callers counted so far (each one's ticket).
+    joined: u64,
+    /// Every ticket up to this count is covered by a finished sync.
     synced: u64,
-    /// Whether a put is syncing the folder right now.
+    /// Whether a sync is running right now.
     running: bool,
-    /// Folder fsyncs made, counted (for the tests).
+    /// Syncs made, counted (for the tests).
     runs: u64,
+    /// Every ticket up to this one may have been covered by a failed sync.
+    failed_through: u64,
+}
+
+impl SyncGroup {
+    /// Returns once a `sync` that began after this call has finished:
+    /// this call's ticket, what was covered then, and whether the sync
+    /// covering it succeeded.
+    fn join(&self, sync: impl Fn() -> bool) -> (u64, u64, bool) {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        s.joined += 1;
+        let ticket = s.joined;
+        while s.synced < ticket {
+            if s.running {
+                s = self.finished.wait(s).unwrap_or_else(|e| e.into_inner());
+                continue;
+            }
+            // This caller syncs for itself and for everyone counted so far.
+            s.running = true;
+            let covers = s.joined;
+            drop(s);
+            let ok = sync();
+            s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            s.running = false;
+            s.runs += 1;
+            s.synced = s.synced.max(covers);
+            if !ok {
+                s.failed_through = s.failed_through.max(covers);
+            }
+            self.finished.notify_all();
+        }
+        (ticket, s.synced, ticket > s.failed_through)
+    }
 }
 
 impl FolderSyncs {
@@ -92,31 +130,69 @@ impl FolderSyncs {
             let mut gates = self.gates.lock().unwrap_or_else(|e| e.into_inner());
             gates.entry(folder.to_path_buf()).or_default().clone()
         };
-        let mut s = gate.state.lock().unwrap_or_else(|e| e.into_inner());
-        s.linked += 1;
-        let ticket = s.linked;
-        while s.synced < ticket {
-            if s.running {
-                s = gate.finished.wait(s).unwrap_or_else(|e| e.into_inner());
-                continue;
-            }
-            // This put syncs for itself and for every link counted so far.
-            s.running = true;
-            let covers = s.linked;
-            drop(s);
-            let ok = File::open(folder).and_then(|dir| dir.sync_all()).is_ok();
-            s = gate.state.lock().unwrap_or_else(|e| e.into_inner());
-            s.running = false;
-            s.runs += 1;
-            gate.finished.notify_all();
-            // A failed sync is not retried by the puts it would have
-            // covered (as before, each put's own sync was best effort).
-            s.synced = s.synced.max(covers);
-            if !ok {
-                break;
+        // A failed sync is not retried by the puts it would have covered
+        // (as before, each put's own sync was best effort).
+        let (ticket, synced, _) =
+            gate.join(|| File::open(folder).and_then(|dir| dir.sync_all()).is_ok());
+        (ticket, synced)
+    }
+}
+
+/// Group durability of the files puts write. An fsync per file costs a
+/// data write, an inode-table write and a cache flush each, and with many
+/// puts at once they queue behind one another; on Linux one `syncfs` of
+/// the store's file system writes what every put meanwhile wrote (inodes
+/// sharing their blocks) with one flush, and the puts that wrote before it
+/// began share it. A put whose group sync fails fsyncs its own file, so
+/// its error is its own. `syncfs` also writes whatever else is pending on
+/// that file system: a store on a file system busy with other writers can
+/// turn this off (`TOLLGATE_STORAGE_SYNC=file`).
+#[derive(Debug)]
+struct FileSyncs {
+    /// The store's root folder, open since the store opened, so its
+    /// `syncfs` reports every write error on the file system since then.
+    /// `None`: each file is fsynced on its own.
+    fs: Option<File>,
+    group: SyncGroup,
+}
+
+/// `TOLLGATE_STORAGE_SYNC`: `group` (the default) or `file`.
+fn grouped_file_syncs() -> Result<bool, StorageError> {
+    match std::env::var("TOLLGATE_STORAGE_SYNC").as_deref() {
+        Err(_) | Ok("") | Ok("group") => Ok(true),
+        Ok("file") => Ok(false),
+        Ok(other) => Err(StorageError::InvalidSpec(format!(
+            "TOLLGATE_STORAGE_SYNC={other:?}: expected group or file"
+        ))),
+    }
+}
+
+impl FileSyncs {
+    fn per_file() -> FileSyncs {
+        FileSyncs {
+            fs: None,
+            group: SyncGroup::default(),
+        }
+    }
+
+    fn for_root(root: &Path, grouped: bool) -> FileSyncs {
+        let grouped = grouped && cfg!(target_os = "linux");
+        FileSyncs {
+            fs: grouped.then(|| File::open(root).ok()).flatten(),
+            group: SyncGroup::default(),
+        }
+    }
+
+    /// Returns once `file`'s bytes and metadata are durable.
+    fn sync(&self, file: &File) -> io::Result<()> {
+        #[cfg(target_os = "linux")]
+        if let Some(fs) = &self.fs {
+            let (_, _, ok) = self.group.join(|| rustix::fs::syncfs(fs).is_ok());
+            if ok {
+                return Ok(());
             }
         }
-        (ticket, s.synced)
+        file.sync_all()
     }
 }
 
@@ -136,6 +212,7 @@ impl FsStore {
     /// `root`, and clears temporary files a crash left behind.
     pub async fn open(root: impl Into<PathBuf>) -> Result<FsStore, StorageError> {
         let root: PathBuf = root.into();
+        let grouped = grouped_file_syncs()?;
         let tmp = root.join(TMP_DIR);
         let unnamed = blocking(move || {
             create_private_dir_all(&tmp)
@@ -145,6 +222,7 @@ impl FsStore {
         })
         .await?;
         Ok(FsStore {
+            files: Arc::new(FileSyncs::for_root(&root, grouped)),
             root: Arc::from(root.as_path()),
             folders: Arc::default(),
             unnamed,
@@ -175,8 +253,9 @@ impl FsStore {
             content_type: meta.content_type.clone(),
             size: bytes.len() as u64,
         };
-        let (folders, unnamed) = (self.folders.clone(), self.unnamed);
-        blocking(move || put_blocking(&path, &tmp, &header, &bytes, &folders, unnamed)).await
+        let (folders, files, unnamed) = (self.folders.clone(), self.files.clone(), self.unnamed);
+        blocking(move || put_blocking(&path, &tmp, &header, &bytes, (&files, &folders), unnamed))
+            .await
     }
 
     pub async fn head(&self, key: &ObjectKey) -> Result<Option<ObjectMeta>, StorageError> {
@@ -275,7 +354,7 @@ fn put_blocking(
     tmp: &Path,
     header: &Header,
     bytes: &[u8],
-    folders: &FolderSyncs,
+    (files, folders): (&FileSyncs, &FolderSyncs),
     unnamed: bool,
 ) -> Result<PutOutcome, StorageError> {
     // Cheap early answer for the common "already there" case; the link
@@ -288,9 +367,9 @@ fn put_blocking(
     line.push(b'\n');
 
     let written = if unnamed {
-        write_unnamed(tmp, &line, bytes)
+        write_unnamed(tmp, &line, bytes, files)
     } else {
-        write_named(tmp, &line, bytes)
+        write_named(tmp, &line, bytes, files)
     }
     .map_err(|e| {
         // An unnamed file has no path of its own: name its folder.
@@ -471,6 +550,7 @@ fn write_synced(
     create: impl Fn() -> io::Result<File>,
     line: &[u8],
     bytes: &[u8],
+    files: &FileSyncs,
 ) -> io::Result<File> {
     // Folders are made only when missing: making one that exists still
     // takes its parent's lock, which every put would contend for.
@@ -485,29 +565,44 @@ fn write_synced(
     f.write_all(bytes)?;
     // Durable before it is visible: a crash must not leave a linked
     // object whose bytes never reached the disk.
-    f.sync_all()?;
+    files.sync(&f)?;
     Ok(f)
 }
 
 /// The object's file as a temporary file named `tmp`.
-fn write_named<'a>(tmp: &'a Path, line: &[u8], bytes: &[u8]) -> io::Result<Written<'a>> {
+fn write_named<'a>(
+    tmp: &'a Path,
+    line: &[u8],
+    bytes: &[u8],
+    files: &FileSyncs,
+) -> io::Result<Written<'a>> {
     let cleanup = RemoveOnDrop(tmp);
     let folder = tmp.parent().unwrap_or(tmp);
-    write_synced(folder, || private_create_new(tmp), line, bytes)?;
+    write_synced(folder, || private_create_new(tmp), line, bytes, files)?;
     Ok(Written::Named(cleanup))
 }
 
 /// The object's file without a name, in `tmp`'s folder.
 #[cfg(target_os = "linux")]
-fn write_unnamed<'a>(tmp: &'a Path, line: &[u8], bytes: &[u8]) -> io::Result<Written<'a>> {
+fn write_unnamed<'a>(
+    tmp: &'a Path,
+    line: &[u8],
+    bytes: &[u8],
+    files: &FileSyncs,
+) -> io::Result<Written<'a>> {
     let folder = tmp.parent().unwrap_or(tmp);
-    let f = write_synced(folder, || create_unnamed(folder), line, bytes)?;
+    let f = write_synced(folder, || create_unnamed(folder), line, bytes, files)?;
     Ok(Written::Unnamed(f))
 }
 
 #[cfg(not(target_os = "linux"))]
-fn write_unnamed<'a>(tmp: &'a Path, line: &[u8], bytes: &[u8]) -> io::Result<Written<'a>> {
-    write_named(tmp, line, bytes)
+fn write_unnamed<'a>(
+    tmp: &'a Path,
+    line: &[u8],
+    bytes: &[u8],
+    files: &FileSyncs,
+) -> io::Result<Written<'a>> {
+    write_named(tmp, line, bytes, files)
 }
 
 /// A private file without a name in `folder`, for writing.
@@ -529,7 +624,8 @@ fn create_unnamed(folder: &Path) -> io::Result<File> {
 #[cfg(target_os = "linux")]
 fn unnamed_files_work(tmp_dir: &Path) -> bool {
     let probe = tmp_dir.join(format!("probe-{}", uuid::Uuid::new_v4().simple()));
-    let linked = write_unnamed(&probe, b"", b"").and_then(|w| w.link(&probe));
+    let linked =
+        write_unnamed(&probe, b"", b"", &FileSyncs::per_file()).and_then(|w| w.link(&probe));
     let _ = std::fs::remove_file(&probe);
     linked.is_ok()
 }
@@ -598,10 +694,26 @@ mod tests {
     fn state(syncs: &FolderSyncs, folder: &Path) -> (u64, u64, u64) {
         let gates = syncs.gates.lock().unwrap();
         let s = gates[folder].state.lock().unwrap();
-        (s.linked, s.synced, s.runs)
+        (s.joined, s.synced, s.runs)
     }
 
     fn put(root: &Path, key: &str, unnamed: bool, folders: &FolderSyncs) -> PutOutcome {
+        put_with(
+            root,
+            key,
+            unnamed,
+            folders,
+            &FileSyncs::for_root(root, true),
+        )
+    }
+
+    fn put_with(
+        root: &Path,
+        key: &str,
+        unnamed: bool,
+        folders: &FolderSyncs,
+        files: &FileSyncs,
+    ) -> PutOutcome {
         let header = Header {
             v: 1,
             key: key.into(),
@@ -614,7 +726,7 @@ mod tests {
             .join(TMP_DIR)
             .join(uuid::Uuid::new_v4().simple().to_string());
         let path = root.join(format!("{key}{SUFFIX}"));
-        put_blocking(&path, &tmp, &header, b"bytes", folders, unnamed).unwrap()
+        put_blocking(&path, &tmp, &header, b"bytes", (files, folders), unnamed).unwrap()
     }
 
     #[test]
@@ -707,5 +819,56 @@ mod tests {
         assert_eq!((linked, synced), (n as u64, n as u64));
         assert!((1..=n as u64).contains(&runs), "{runs} folder syncs");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn racing_puts_share_file_syncs_and_each_object_is_whole() {
+        let root = std::env::temp_dir().join(format!("tg-files-{}", uuid::Uuid::new_v4()));
+        create_private_dir_all(&root.join(TMP_DIR)).unwrap();
+        let files = Arc::new(FileSyncs::for_root(&root, true));
+        assert_eq!(files.fs.is_some(), cfg!(target_os = "linux"));
+        let folders = Arc::new(FolderSyncs::default());
+        let n = 64;
+        let barrier = Arc::new(std::sync::Barrier::new(n));
+        let threads: Vec<_> = (0..n)
+            .map(|i| {
+                let (files, folders, barrier, root) = (
+                    files.clone(),
+                    folders.clone(),
+                    barrier.clone(),
+                    root.clone(),
+                );
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    let key = format!("outputs/{i}");
+                    let unnamed = cfg!(target_os = "linux") && i % 2 == 0;
+                    put_with(&root, &key, unnamed, &folders, &files)
+                })
+            })
+            .collect();
+        for t in threads {
+            assert!(matches!(t.join().unwrap(), PutOutcome::Created));
+        }
+        let s = files.group.state.lock().unwrap();
+        if files.fs.is_some() {
+            assert_eq!((s.joined, s.synced), (n as u64, n as u64));
+            assert!((1..=n as u64).contains(&s.runs), "{} file syncs", s.runs);
+        }
+        for i in 0..n {
+            let path = root.join(format!("outputs/{i}{SUFFIX}"));
+            let (_, meta, _) = open_object(&path).unwrap().expect("every put is there");
+            assert_eq!(meta.size, 5);
+        }
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn a_failed_group_sync_is_reported_to_the_callers_it_covered() {
+        let group = SyncGroup::default();
+        let (ticket, synced, ok) = group.join(|| false);
+        assert_eq!((ticket, synced, ok), (1, 1, false));
+        // The next sync succeeds: its callers are told so.
+        let (ticket, synced, ok) = group.join(|| true);
+        assert_eq!((ticket, synced, ok), (2, 2, true));
     }
 }
