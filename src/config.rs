@@ -62,6 +62,8 @@ pub struct Config {
     /// a token) and the OpenAPI document.
     pub ops_listen: Option<SocketAddr>,
     pub storage: String,
+    /// `TOLLGATE_STORAGE_SYNC`: how a folder store makes its files durable.
+    pub storage_sync: crate::storage::FileSync,
     pub config_file: Option<PathBuf>,
     /// The parsed `TOLLGATE_CONFIG` file, when one is given.
     pub file: toml::Table,
@@ -153,6 +155,17 @@ impl Config {
                 format!("{storage:?} is neither a folder nor s3://BUCKET?endpoint=URL&region=R"),
             ));
         }
+
+        let storage_sync = match non_empty("TOLLGATE_STORAGE_SYNC").as_deref() {
+            None | Some("group") => crate::storage::FileSync::Group,
+            Some("file") => crate::storage::FileSync::File,
+            Some(other) => {
+                return Err(ConfigError::new(
+                    "TOLLGATE_STORAGE_SYNC",
+                    format!("{other:?} is not group or file"),
+                ))
+            }
+        };
 
         let config_file = non_empty("TOLLGATE_CONFIG").map(PathBuf::from);
         let file = match &config_file {
@@ -413,6 +426,7 @@ impl Config {
             listen,
             ops_listen,
             storage,
+            storage_sync,
             config_file,
             file,
             secure_cookies,
@@ -466,6 +480,9 @@ mod tests {
         assert_eq!(c.database_url, DEFAULT_DATABASE_URL);
         assert_eq!(c.listen.to_string(), DEFAULT_LISTEN);
         assert!(!c.secure_cookies);
+        assert_eq!(c.storage_sync, crate::storage::FileSync::Group);
+        let c = from(&[("TOLLGATE_STORAGE_SYNC", "file")]).unwrap();
+        assert_eq!(c.storage_sync, crate::storage::FileSync::File);
     }
 
     #[test]
@@ -489,6 +506,12 @@ mod tests {
         assert_eq!(
             from(&[("TOLLGATE_LOG_FORMAT", "xml")]).unwrap_err().setting,
             "TOLLGATE_LOG_FORMAT"
+        );
+        assert_eq!(
+            from(&[("TOLLGATE_STORAGE_SYNC", "sometimes")])
+                .unwrap_err()
+                .setting,
+            "TOLLGATE_STORAGE_SYNC"
         );
         let e = from(&[("TOLLGATE_DATABASE_URL", "mysql://x")])
             .unwrap_err()

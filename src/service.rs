@@ -94,11 +94,13 @@ impl Tollgate {
         store.migrate().await.map_err(|e| {
             crate::Error::Internal(format!("TOLLGATE_DATABASE_URL: migrations failed: {e}"))
         })?;
-        let objects = ObjectStore::open(&config.storage).await.map_err(|e| {
-            crate::Error::Internal(format!(
-                "TOLLGATE_STORAGE: cannot open the object store: {e}"
-            ))
-        })?;
+        let objects = ObjectStore::open_with(&config.storage, config.storage_sync)
+            .await
+            .map_err(|e| {
+                crate::Error::Internal(format!(
+                    "TOLLGATE_STORAGE: cannot open the object store: {e}"
+                ))
+            })?;
         Ok(Tollgate::new(store, objects, config))
     }
 

@@ -23,7 +23,8 @@
 //! `tokio::fs`.
 
 use super::{
-    unfold, BodyStream, NewObjectMeta, ObjectBody, ObjectKey, ObjectMeta, PutOutcome, StorageError,
+    unfold, BodyStream, FileSync, NewObjectMeta, ObjectBody, ObjectKey, ObjectMeta, PutOutcome,
+    StorageError,
 };
 use bytes::{Bytes, BytesMut};
 use serde::{Deserialize, Serialize};
@@ -156,17 +157,6 @@ struct FileSyncs {
     group: SyncGroup,
 }
 
-/// `TOLLGATE_STORAGE_SYNC`: `group` (the default) or `file`.
-fn grouped_file_syncs() -> Result<bool, StorageError> {
-    match std::env::var("TOLLGATE_STORAGE_SYNC").as_deref() {
-        Err(_) | Ok("") | Ok("group") => Ok(true),
-        Ok("file") => Ok(false),
-        Ok(other) => Err(StorageError::InvalidSpec(format!(
-            "TOLLGATE_STORAGE_SYNC={other:?}: expected group or file"
-        ))),
-    }
-}
-
 impl FileSyncs {
     fn per_file() -> FileSyncs {
         FileSyncs {
@@ -175,8 +165,8 @@ impl FileSyncs {
         }
     }
 
-    fn for_root(root: &Path, grouped: bool) -> FileSyncs {
-        let grouped = grouped && cfg!(target_os = "linux");
+    fn for_root(root: &Path, sync: FileSync) -> FileSyncs {
+        let grouped = sync == FileSync::Group && cfg!(target_os = "linux");
         FileSyncs {
             fs: grouped.then(|| File::open(root).ok()).flatten(),
             group: SyncGroup::default(),
@@ -210,9 +200,8 @@ struct Header {
 impl FsStore {
     /// Opens (creating it, private to this user, if missing) the folder at
     /// `root`, and clears temporary files a crash left behind.
-    pub async fn open(root: impl Into<PathBuf>) -> Result<FsStore, StorageError> {
+    pub async fn open(root: impl Into<PathBuf>, sync: FileSync) -> Result<FsStore, StorageError> {
         let root: PathBuf = root.into();
-        let grouped = grouped_file_syncs()?;
         let tmp = root.join(TMP_DIR);
         let unnamed = blocking(move || {
             create_private_dir_all(&tmp)
@@ -222,7 +211,7 @@ impl FsStore {
         })
         .await?;
         Ok(FsStore {
-            files: Arc::new(FileSyncs::for_root(&root, grouped)),
+            files: Arc::new(FileSyncs::for_root(&root, sync)),
             root: Arc::from(root.as_path()),
             folders: Arc::default(),
             unnamed,
@@ -703,7 +692,7 @@ mod tests {
             key,
             unnamed,
             folders,
-            &FileSyncs::for_root(root, true),
+            &FileSyncs::for_root(root, FileSync::Group),
         )
     }
 
@@ -825,7 +814,7 @@ mod tests {
     fn racing_puts_share_file_syncs_and_each_object_is_whole() {
         let root = std::env::temp_dir().join(format!("tg-files-{}", uuid::Uuid::new_v4()));
         create_private_dir_all(&root.join(TMP_DIR)).unwrap();
-        let files = Arc::new(FileSyncs::for_root(&root, true));
+        let files = Arc::new(FileSyncs::for_root(&root, FileSync::Group));
         assert_eq!(files.fs.is_some(), cfg!(target_os = "linux"));
         let folders = Arc::new(FolderSyncs::default());
         let n = 64;

@@ -163,7 +163,24 @@ pub enum ObjectStore {
     S3(s3::S3Store),
 }
 
+/// How a folder store makes the files it writes durable
+/// (`TOLLGATE_STORAGE_SYNC`; see `fs::FileSyncs`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FileSync {
+    /// One `syncfs` covers the files written meanwhile (Linux; elsewhere
+    /// each file is fsynced).
+    #[default]
+    Group,
+    /// One fsync per file.
+    File,
+}
+
 impl ObjectStore {
+    /// A store with folder files synced in groups; see [`ObjectStore::open_with`].
+    pub async fn open(spec: &str) -> Result<ObjectStore, StorageError> {
+        ObjectStore::open_with(spec, FileSync::default()).await
+    }
+
     /// `spec` is `TOLLGATE_STORAGE`: a folder path (created if missing), or
     /// `s3://BUCKET?endpoint=URL&region=R` (region defaults to `us-east-1`;
     /// without an endpoint it is AWS itself; a custom endpoint is addressed
@@ -172,7 +189,7 @@ impl ObjectStore {
     ///
     /// Opening an S3 store does not contact it; call [`ObjectStore::ping`]
     /// to find out whether the bucket is reachable.
-    pub async fn open(spec: &str) -> Result<ObjectStore, StorageError> {
+    pub async fn open_with(spec: &str, sync: FileSync) -> Result<ObjectStore, StorageError> {
         let spec = spec.trim();
         if spec.is_empty() {
             return Err(StorageError::InvalidSpec(
@@ -188,7 +205,7 @@ impl ObjectStore {
                 "{spec:?}: only folders and s3:// are supported"
             )))
         } else {
-            Ok(ObjectStore::Fs(fs::FsStore::open(spec).await?))
+            Ok(ObjectStore::Fs(fs::FsStore::open(spec, sync).await?))
         }
     }
 
