@@ -28,6 +28,22 @@ durations_s = [2]
 poll_ms = 100
 backoff_ms = 100
 timeout_ms = 3000
+
+# The same provider, with a failed generation parked for a reviewer (who
+# may accept it or order a new attempt) instead of refunded.
+[[models]]
+id = "mock-clip-park"
+name = "Mock clip (parks failures)"
+kind = "video"
+provider = "http"
+endpoint = "http://127.0.0.1:${mockPort}"
+price = { per_generation = "0.10" }
+durations_s = [2]
+poll_ms = 100
+backoff_ms = 100
+timeout_ms = 3000
+attempts = 1
+on_failure = "park"
 `);
 
 module.exports = defineConfig({

@@ -103,6 +103,60 @@ pub struct Config {
     /// Whether webhooks may reach public addresses at all (false: only the
     /// allowed networks; tests and closed networks).
     pub webhook_allow_public: bool,
+    /// How long finished work's media, history and deliveries are kept.
+    pub retention: Retention,
+}
+
+/// How long things are kept once nothing needs them (`None`: forever).
+/// Money (jobs, attempts, the ledger, decisions) is never purged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Retention {
+    /// Uploads and outputs, counted from when the work that used them ended
+    /// (`TOLLGATE_RETAIN_MEDIA_DAYS`, 30).
+    pub media_days: Option<u32>,
+    /// A finished job's timeline and a closed record's evidence
+    /// (`TOLLGATE_RETAIN_HISTORY_DAYS`, 365).
+    pub history_days: Option<u32>,
+    /// Webhook deliveries that were delivered or died
+    /// (`TOLLGATE_RETAIN_DELIVERIES_DAYS`, 30).
+    pub deliveries_days: Option<u32>,
+}
+
+impl Retention {
+    pub const DEFAULT: Retention = Retention {
+        media_days: Some(30),
+        history_days: Some(365),
+        deliveries_days: Some(30),
+    };
+
+    fn from_lookup(non_empty: impl Fn(&str) -> Option<String>) -> Result<Retention, ConfigError> {
+        let days = |name: &'static str, default: Option<u32>| -> Result<Option<u32>, ConfigError> {
+            match non_empty(name) {
+                None => Ok(default),
+                Some(v) if v.trim() == "forever" => Ok(None),
+                Some(v) => v
+                    .trim()
+                    .parse::<u32>()
+                    .ok()
+                    .filter(|d| (1..=36_500).contains(d))
+                    .map(Some)
+                    .ok_or_else(|| {
+                        ConfigError::new(
+                            name,
+                            format!("{v:?} is not a number of days from 1 to 36,500, or forever"),
+                        )
+                    }),
+            }
+        };
+        Ok(Retention {
+            media_days: days("TOLLGATE_RETAIN_MEDIA_DAYS", Self::DEFAULT.media_days)?,
+            history_days: days("TOLLGATE_RETAIN_HISTORY_DAYS", Self::DEFAULT.history_days)?,
+            deliveries_days: days(
+                "TOLLGATE_RETAIN_DELIVERIES_DAYS",
+                Self::DEFAULT.deliveries_days,
+            )?,
+        })
+    }
 }
 
 impl Config {
@@ -414,6 +468,7 @@ impl Config {
                 ))
             }
         };
+        let retention = Retention::from_lookup(non_empty)?;
         if webhook_retry_schedule.len() > 50 {
             return Err(ConfigError::new(
                 "TOLLGATE_WEBHOOK_RETRY_SCHEDULE",
@@ -445,6 +500,7 @@ impl Config {
             webhook_retry_schedule,
             webhook_allow_public,
             storage_quota_bytes,
+            retention,
         })
     }
 }

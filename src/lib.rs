@@ -33,6 +33,8 @@ pub mod providers;
 #[cfg(feature = "server")]
 pub mod repairs;
 #[cfg(feature = "server")]
+pub mod retention;
+#[cfg(feature = "server")]
 pub mod service;
 #[cfg(feature = "server")]
 pub mod spend;

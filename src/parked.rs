@@ -6,8 +6,9 @@
 
 use crate::error::{Error, Result};
 use crate::model::{
-    DecisionId, JobId, ParkedId, ParkedStage, ParkedState, ReviewAction, Role, Usd,
+    DecisionId, JobId, JobStatus, ParkedId, ParkedStage, ParkedState, ReviewAction, Role, Usd,
 };
+use crate::providers::{ErrorClass, Poll};
 use crate::store::{
     Attempt, Decided, Decision, JobEvent, NewDecision, Parked, ParkedCount, ParkedFilter, User,
 };
@@ -17,7 +18,7 @@ use chrono::{DateTime, Utc};
 
 pub const PARKED_PAGE_MAX: i64 = 100;
 pub const EVIDENCE_LEN_MAX: usize = 5000;
-pub const PROVIDER_JOB_ID_LEN_MAX: usize = 200;
+pub use crate::model::PROVIDER_JOB_ID_LEN_MAX;
 /// Records one bulk decision may cover at most.
 pub const BULK_MAX: i64 = 500;
 
@@ -50,6 +51,36 @@ pub struct ParkedView {
     pub attempts: Vec<Attempt>,
     pub decisions: Vec<Decision>,
     pub events: Vec<JobEvent>,
+}
+
+/// What a bulk decision would cover (see `Tollgate::bulk_preview`).
+#[derive(Clone, Debug)]
+pub struct BulkPreview {
+    /// The open records it covers, oldest first.
+    pub records: Vec<Parked>,
+    /// What their jobs may already have cost, summed: a new attempt of
+    /// each may pay for that work again.
+    pub exposure_total: Usd,
+    /// What new attempts of all of them would reserve.
+    pub new_attempts_usd: Usd,
+    /// What today's budget can still reserve (nothing when it is halted).
+    pub day_room_usd: Usd,
+    /// How many of them, in order, today's room holds as new attempts.
+    pub new_attempts_fit: usize,
+}
+
+/// What a day can still reserve: its cap less what is used and held, and
+/// nothing while it is halted.
+fn room_of(day: &crate::store::BudgetDay) -> Usd {
+    if day.halted {
+        return Usd::ZERO;
+    }
+    let room = day.cap_usd.decimal() - day.used_usd.decimal() - day.reserved_usd.decimal();
+    Usd::new(room.max(rust_decimal::Decimal::ZERO))
+}
+
+fn sum(amounts: impl Iterator<Item = Usd>) -> Usd {
+    amounts.fold(Usd::ZERO, Usd::plus)
 }
 
 /// What one decision applied to many records came to.
@@ -268,33 +299,15 @@ impl Tollgate {
         match action {
             ReviewAction::Reconcile => {
                 let raw = req.provider_job_id.as_deref().unwrap_or("").trim();
-                if raw.is_empty()
-                    || raw.len() > PROVIDER_JOB_ID_LEN_MAX
-                    || !raw.bytes().all(|b| (0x21..0x7f).contains(&b))
-                {
+                if !crate::model::is_plain_provider_job_id(raw) {
                     return Err(Error::invalid(
                         "provider_job_id",
-                        format!("the provider's job id: 1 to {PROVIDER_JOB_ID_LEN_MAX} printable characters without spaces"),
+                        format!("the provider's job id: 1 to {PROVIDER_JOB_ID_LEN_MAX} letters, digits, '-', '_' or '.'"),
                     ));
                 }
+                let seen = self.reconcile_check(&record, raw).await?;
                 d.provider_job_id = Some(raw.to_string());
-                // The record's story in its new stage; what came before
-                // stays on the timeline.
-                let mut evidence = record.evidence.clone();
-                if let Some(o) = evidence.as_object_mut() {
-                    o.insert(
-                        "before_reconcile".into(),
-                        o.get("reason").cloned().unwrap_or_default(),
-                    );
-                    o.insert(
-                        "reason".into(),
-                        serde_json::json!(format!(
-                            "{} found the provider's job {raw} for this request; status checks may resume.",
-                            reviewer.email.as_str()
-                        )),
-                    );
-                }
-                d.reconciled_evidence = Some(evidence);
+                d.reconciled_evidence = Some(reconciled_evidence(&record.evidence, raw, &seen));
             }
             ReviewAction::ResumePoll => {
                 // Status checks resume for the model's own polling time.
@@ -312,6 +325,12 @@ impl Tollgate {
             }
             ReviewAction::RetryDelivery => {}
             ReviewAction::AcceptFailure => {
+                if record.job_status == JobStatus::Cancelled && req.refund == Some(false) {
+                    return Err(Error::invalid(
+                        "refund",
+                        "the owner cancelled this job and got their credits back then; refund must be true",
+                    ));
+                }
                 let (Some(refund), Some(release_hold)) = (req.refund, req.release_hold) else {
                     let missing = if req.refund.is_none() {
                         "refund"
@@ -367,15 +386,20 @@ impl Tollgate {
                 code: "DECISION_CONFLICT",
                 message: format!("the job changed meanwhile ({why}); reload the record"),
             }),
-            Decided::NotAllowed(stage) => Err(Error::BadRequest {
+            Decided::NotAllowed(stage, job_status) => Err(Error::BadRequest {
                 status: 422,
                 code: "ACTION_NOT_ALLOWED",
                 message: format!(
-                    "{} is not allowed in stage {}; allowed: {}",
+                    "{} is not allowed in stage {}{}; allowed: {}",
                     action.as_str(),
                     stage.as_str(),
+                    if job_status == JobStatus::Cancelled {
+                        " of a job its owner cancelled"
+                    } else {
+                        ""
+                    },
                     stage
-                        .allows()
+                        .allows_for(job_status)
                         .iter()
                         .map(|a| a.as_str())
                         .collect::<Vec<_>>()
@@ -383,6 +407,42 @@ impl Tollgate {
                 ),
             }),
         }
+    }
+
+    /// Rule 12: a reconcile is checked with the provider where it can be
+    /// asked. An id the provider does not know is refused (it would send
+    /// status checks after nothing, while the real prediction could never
+    /// be attached); what the provider says of a known one goes into the
+    /// evidence; a provider that cannot answer now is said so, and the
+    /// reviewer's word stands.
+    async fn reconcile_check(&self, record: &crate::store::Parked, id: &str) -> Result<String> {
+        let Some(spec) = record.model.as_deref().and_then(|m| self.models().get(m)) else {
+            return Ok("the model is no longer configured, so the provider was not asked".into());
+        };
+        if spec.provider_name() != "http" {
+            return Ok("this provider cannot be asked about a job id".into());
+        }
+        Ok(match self.provider(spec).poll(spec, id).await {
+            Ok(Poll::Pending) => "the provider says it is still running".into(),
+            Ok(Poll::Succeeded(_)) => "the provider says it succeeded".into(),
+            Ok(Poll::Failed(e)) => format!(
+                "the provider says it ended without an output ({})",
+                e.class.as_str()
+            ),
+            Err(e) if e.class == ErrorClass::NotFound => {
+                return Err(Error::BadRequest {
+                    status: 422,
+                    code: "UNKNOWN_PROVIDER_JOB",
+                    message: format!(
+                        "the provider has no job {id}; look it up again (it is the id the provider's dashboard or logs show for our idempotency key)"
+                    ),
+                })
+            }
+            Err(e) => format!(
+                "the provider could not be asked now ({}), so the id is taken on the reviewer's word",
+                e.class.as_str()
+            ),
+        })
     }
 
     /// How many open records a filter matches (what a bulk decision would
@@ -396,9 +456,36 @@ impl Tollgate {
         Ok(self.store().list_parked(&filter_of(&q, BULK_MAX)?).await?)
     }
 
+    /// What a bulk decision on a filter would cover, shown before it is
+    /// confirmed: each record's possible duplicate cost and their sum, what
+    /// new attempts of all of them would reserve, and today's room.
+    pub async fn bulk_preview(&self, q: &ParkedQuery) -> Result<BulkPreview> {
+        let records = self.parked_matching(q).await?;
+        let day = self.budget(Utc::now().date_naive()).await?;
+        let day_room_usd = room_of(&day);
+        let mut preview = BulkPreview {
+            exposure_total: sum(records.iter().map(|r| r.exposure_usd)),
+            new_attempts_usd: sum(records.iter().map(|r| r.job_estimated_usd)),
+            day_room_usd,
+            new_attempts_fit: 0,
+            records,
+        };
+        let mut left = day_room_usd.decimal();
+        for r in &preview.records {
+            if r.job_estimated_usd.decimal() > left {
+                break;
+            }
+            left -= r.job_estimated_usd.decimal();
+            preview.new_attempts_fit += 1;
+        }
+        Ok(preview)
+    }
+
     /// One decision applied to every open record a filter matches (not just
     /// one page), each with its own decision; a record that changed
     /// meanwhile, or whose stage refuses the action, is skipped and listed.
+    /// New attempts stop where today's budget has no room for another
+    /// (rule 11 reserves each again when it runs).
     pub async fn decide_bulk(
         &self,
         reviewer: &User,
@@ -408,16 +495,35 @@ impl Tollgate {
         if !reviewer.role.allows(Role::Reviewer) {
             return Err(Error::Forbidden);
         }
+        let new_attempts = req.action == ReviewAction::NewAttempt.as_str();
+        let mut room = room_of(&self.budget(Utc::now().date_naive()).await?).decimal();
         let mut out = BulkOutcome::default();
         for record in self.parked_matching(q).await? {
+            let estimate = record.job_estimated_usd.decimal();
+            if new_attempts && estimate > room {
+                out.skipped.push((
+                    record.id,
+                    format!(
+                        "today's budget has room for no more new attempts ({} left, this one needs {})",
+                        Usd::new(room).dollars(),
+                        record.job_estimated_usd.dollars()
+                    ),
+                ));
+                continue;
+            }
             match self.decide(reviewer, record.id, req).await {
-                Ok((d, true)) => out.decided.push((record.id, d)),
+                Ok((d, true)) => {
+                    if new_attempts {
+                        room -= estimate;
+                    }
+                    out.decided.push((record.id, d))
+                }
                 Ok((_, false)) => out
                     .skipped
                     .push((record.id, "already decided the same way".into())),
-                Err(e @ (Error::Conflict { .. } | Error::BadRequest { .. })) => {
-                    out.skipped.push((record.id, e.to_string()))
-                }
+                Err(
+                    e @ (Error::Conflict { .. } | Error::BadRequest { .. } | Error::Invalid { .. }),
+                ) => out.skipped.push((record.id, e.to_string())),
                 Err(e) => return Err(e),
             }
         }
@@ -435,6 +541,27 @@ impl Tollgate {
             .note_parked(id, &by.email, &text, Utc::now())
             .await?)
     }
+}
+
+/// The record's story in its new stage after a reconcile; what came before
+/// stays on the timeline. It names what was found and what the provider
+/// said of it, never who found it (owners read the reason).
+fn reconciled_evidence(before: &serde_json::Value, id: &str, seen: &str) -> serde_json::Value {
+    let mut evidence = before.clone();
+    if let Some(o) = evidence.as_object_mut() {
+        o.insert(
+            "before_reconcile".into(),
+            o.get("reason").cloned().unwrap_or_default(),
+        );
+        o.insert(
+            "reason".into(),
+            serde_json::json!(format!(
+                "A reviewer found the provider's job {id} for this request ({seen}); status checks may resume."
+            )),
+        );
+        o.insert("reconcile_check".into(), serde_json::json!(seen));
+    }
+    evidence
 }
 
 /// What an exposure is in words: "$0.10 may have been spent".

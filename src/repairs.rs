@@ -45,6 +45,12 @@ impl Tollgate {
                 ),
             ));
         }
+        if job.media_purged_at.is_some() {
+            return Err(Error::invalid(
+                "job",
+                "this edit's photos were removed under the studio's retention policy, so it cannot be repaired; order a new edit",
+            ));
+        }
         // The key is bound to the job named and the instruction.
         let hash = hex::encode(Sha256::digest(
             serde_json::json!({"repair_of": of, "instruction": instruction})

@@ -32,6 +32,8 @@ struct Inner {
     decode_slots: Arc<tokio::sync::Semaphore>,
     /// Runs on this node whose claim was taken (a stale fencing token).
     claim_conflicts: std::sync::atomic::AtomicU64,
+    /// What retention purged on this node.
+    purged: crate::retention::PurgeCounters,
 }
 
 /// Image decodes at once, at most.
@@ -69,6 +71,7 @@ impl Tollgate {
                 webhook_bell: Arc::new(tokio::sync::Notify::new()),
                 decode_slots: Arc::new(tokio::sync::Semaphore::new(DECODES_MAX)),
                 claim_conflicts: std::sync::atomic::AtomicU64::new(0),
+                purged: crate::retention::PurgeCounters::default(),
             }),
         }
     }
@@ -143,6 +146,11 @@ impl Tollgate {
         self.inner
             .claim_conflicts
             .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// What retention purged on this node since it started.
+    pub fn purge_counters(&self) -> &crate::retention::PurgeCounters {
+        &self.inner.purged
     }
 
     pub(crate) fn note_claim_conflict(&self) {

@@ -76,7 +76,37 @@ impl TestDb {
     pub async fn with_config(mut self, toml: &str) -> TestDb {
         let path = self.dir.join("tollgate.toml");
         std::fs::write(&path, toml).expect("writing the test configuration");
-        self.tollgate = open_with(&self.url, &self.dir.join("objects"), Some(&path)).await;
+        let storage = self.dir.join("objects").display().to_string();
+        self.tollgate = open_with(&self.url, &storage, Some(&path)).await;
+        self
+    }
+
+    /// Re-opens the engine over the same database with its objects in a new
+    /// bucket of the test S3 server (`TOLLGATE_TEST_S3_ENDPOINT`, which
+    /// `scripts/test` starts), keeping any configuration file.
+    pub async fn with_s3(mut self) -> TestDb {
+        let endpoint = std::env::var("TOLLGATE_TEST_S3_ENDPOINT").unwrap_or_else(|_| {
+            panic!(
+                "TOLLGATE_TEST_S3_ENDPOINT is not set: run scripts/test, which starts an S3 server"
+            )
+        });
+        let bucket = format!("tg-test-{}", uuid::Uuid::new_v4().simple());
+        let spec = format!("s3://{bucket}?endpoint={endpoint}");
+        let store = crate::storage::ObjectStore::open(&spec)
+            .await
+            .expect("opening the test S3 store");
+        let crate::storage::ObjectStore::S3(s3) = &store else {
+            panic!("an s3:// spec opened another store");
+        };
+        s3.client()
+            .create_bucket()
+            .bucket(&bucket)
+            .send()
+            .await
+            .expect("creating the test bucket");
+        let config = self.dir.join("tollgate.toml");
+        let config = config.exists().then_some(config);
+        self.tollgate = open_with(&self.url, &spec, config.as_deref()).await;
         self
     }
 
@@ -117,21 +147,17 @@ impl Drop for TestDb {
 }
 
 async fn open(url: &str, objects: &std::path::Path) -> Tollgate {
-    open_with(url, objects, None).await
+    open_with(url, &objects.display().to_string(), None).await
 }
 
-async fn open_with(
-    url: &str,
-    objects: &std::path::Path,
-    config_file: Option<&std::path::Path>,
-) -> Tollgate {
+async fn open_with(url: &str, storage: &str, config_file: Option<&std::path::Path>) -> Tollgate {
     let site = std::env::temp_dir().join("tollgate-test-site");
     let config = Config::from_lookup(|k| match k {
         "TOLLGATE_CONFIG" => config_file.map(|p| p.display().to_string()),
         "TOLLGATE_DATABASE_URL" => Some(url.to_string()),
         "TOLLGATE_LISTEN" => Some("127.0.0.1:0".into()),
         "TOLLGATE_SITE_ROOT" => Some(site.display().to_string()),
-        "TOLLGATE_STORAGE" => Some(objects.display().to_string()),
+        "TOLLGATE_STORAGE" => Some(storage.to_string()),
         // A test calls nothing but loopback, whatever a URL says.
         "TOLLGATE_WEBHOOK_ALLOW_PUBLIC" => Some("false".into()),
         _ => None,

@@ -829,3 +829,315 @@ async fn expired_keys_can_be_reused(db: TestDb) {
     );
     assert_eq!(a.balance(&u).await, 6);
 }
+
+mod retention {
+    //! Retention (issue 27, 8): rows and objects aged with a clock the test
+    //! sets (`purge_expired(now)`), counted purged and kept, on both
+    //! backends and both object stores.
+    use super::*;
+    use chrono::{Duration, Utc};
+    use tollgate::model::{AssetId, JobId, ParkedStage, Purpose};
+    use tollgate::parked::DecisionRequest;
+    use tollgate::retention::Purged;
+    use tollgate::storage::ObjectKey;
+    use tollgate::store::{Hold, NewAttempt, NewParked};
+
+    tollgate::both_backends!(
+        retention_purges_what_nobody_needs_in_a_folder,
+        retention_purges_what_nobody_needs_on_s3
+    );
+
+    async fn retention_purges_what_nobody_needs_in_a_folder(db: TestDb) {
+        purges_what_nobody_needs(db.with_config(CONFIG).await).await;
+    }
+
+    async fn retention_purges_what_nobody_needs_on_s3(db: TestDb) {
+        purges_what_nobody_needs(db.with_config(CONFIG).await.with_s3().await).await;
+    }
+
+    /// Webhooks to a closed port on loopback, tried once more a second
+    /// later: they die, and retention may purge them.
+    const CONFIG: &str =
+        "webhook_allow_networks = \"127.0.0.0/8\"\nwebhook_retry_schedule = \"1s\"\n";
+
+    async fn upload(db: &TestDb, u: &User, w: u32) -> AssetId {
+        let png = tollgate::testkit::photo_of_a_dog(w, 48);
+        db.tollgate
+            .upload_asset(u, Some("image/png"), png.into())
+            .await
+            .unwrap()
+            .id
+    }
+
+    async fn edit(db: &TestDb, u: &User, key: &str, photo: AssetId) -> JobId {
+        let body = json!({"kind": "image_edit", "source": photo, "target": {"kind": "pet", "description": "the dog"},
+                          "style": "origami", "strength": "balanced"});
+        db.tollgate
+            .submit_job(u, Some(key), &body)
+            .await
+            .unwrap()
+            .job
+            .id
+    }
+
+    async fn wait_until(what: &str, mut done: impl AsyncFnMut() -> bool) {
+        for _ in 0..500 {
+            if done().await {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        panic!("{what} never happened");
+    }
+
+    async fn asset_object(db: &TestDb, id: AssetId, owner: &User) -> Option<String> {
+        // Read before it is purged: the key outlives the row's purge.
+        let a = db.tollgate.visible_asset(owner, id).await.ok()?;
+        Some(a.object_key)
+    }
+
+    async fn exists(db: &TestDb, key: &str) -> bool {
+        let key = ObjectKey::parse(key).unwrap();
+        db.tollgate.objects().head(&key).await.unwrap().is_some()
+    }
+
+    /// Parks `job` (claimed by the test) with one uncertain attempt.
+    async fn park(db: &TestDb, job: JobId) {
+        let claim = loop {
+            let mut mine = None;
+            for c in db.store().claim_jobs("test", 10, 60.0).await.unwrap() {
+                if c.job.id == job {
+                    mine = Some(c);
+                } else {
+                    // Others go back to the queue.
+                    let back = Unit {
+                        job: c.job.id,
+                        token: c.token,
+                        ops: vec![Op::Release],
+                    };
+                    db.store().apply_one(back).await.unwrap();
+                }
+            }
+            if let Some(c) = mine {
+                break c;
+            }
+        };
+        let a = tollgate::model::AttemptId::new();
+        let ops = vec![
+            Op::BeginAttempt(NewAttempt {
+                id: a,
+                job_id: job,
+                purpose: Purpose::Generate,
+                provider: "http".into(),
+                endpoint: Some("http://127.0.0.1:9".into()),
+                model: "local-clip".into(),
+                attempt_no: 1,
+                idempotency_key: format!("{job}:1"),
+                hold: Some(Hold {
+                    day: Utc::now().date_naive(),
+                    amount: tollgate::model::Usd::parse("0.04").unwrap(),
+                    default_cap: tollgate::model::Usd::parse("50").unwrap(),
+                }),
+                started_at: Utc::now(),
+            }),
+            Op::Park(NewParked {
+                stage: ParkedStage::SubmissionUncertain,
+                evidence: json!({"reason": "a test parks it"}),
+                provider: Some("http".into()),
+                model: Some("local-clip".into()),
+                provider_job_id: None,
+                attempt_id: Some(a),
+                polls: 0,
+                deliveries: 0,
+            }),
+        ];
+        let applied = db
+            .store()
+            .apply_one(Unit {
+                job,
+                token: claim.token,
+                ops,
+            })
+            .await
+            .unwrap();
+        assert!(matches!(applied, Applied::Done(_)), "{applied:?}");
+    }
+
+    async fn purges_what_nobody_needs(db: TestDb) {
+        let t = &db.tollgate;
+        let ana = t
+            .add_user("ana@example.com", Role::User, PASSWORD)
+            .await
+            .unwrap();
+        let bo = t
+            .add_user("bo@example.com", Role::User, PASSWORD)
+            .await
+            .unwrap();
+        let judge = t
+            .add_user("judge@example.com", Role::Reviewer, PASSWORD)
+            .await
+            .unwrap();
+        for u in [&ana, &bo] {
+            t.grant_credits(None, u.id, Credits(100), None, None)
+                .await
+                .unwrap();
+        }
+        let (ana, bo) = (t.user(ana.id).await.unwrap(), t.user(bo.id).await.unwrap());
+        t.create_webhook_endpoint(
+            &ana,
+            "http://127.0.0.1:9/hook",
+            &["generation.succeeded".into()],
+        )
+        .await
+        .unwrap();
+        // Photos: A (also uploaded by bo: one object), B, C, D (never used), E.
+        let (pa, pb, pc, pd, pe) = (
+            upload(&db, &ana, 64).await,
+            upload(&db, &ana, 65).await,
+            upload(&db, &ana, 66).await,
+            upload(&db, &ana, 67).await,
+            upload(&db, &ana, 68).await,
+        );
+        let pa_bo = upload(&db, &bo, 64).await;
+        let key_a = asset_object(&db, pa, &ana).await.unwrap();
+        let key_d = asset_object(&db, pd, &ana).await.unwrap();
+        assert_eq!(
+            asset_object(&db, pa_bo, &bo).await.unwrap(),
+            key_a,
+            "one object"
+        );
+
+        // Finished work: jA (photo A) and jL (photo E, repaired below).
+        let engine = tollgate::engine::start(t.clone(), 4);
+        let (ja, jl) = (
+            edit(&db, &ana, "a", pa).await,
+            edit(&db, &ana, "l", pe).await,
+        );
+        wait_until("both edits and their webhooks end", async || {
+            let done = |id| async move {
+                t.store().job(id).await.unwrap().unwrap().status == JobStatus::Succeeded
+            };
+            let dead = t
+                .deliveries(&ana, Some("dead"), None, None, 10)
+                .await
+                .unwrap()
+                .len();
+            done(ja).await && done(jl).await && dead == 2
+        })
+        .await;
+        engine.shutdown().await;
+        // Work nobody may lose: a queued edit (B), a parked one (C), bo's
+        // queued edit of his copy of A, and a queued repair of jL (E).
+        let jb = edit(&db, &ana, "b", pb).await;
+        let jc = edit(&db, &ana, "c", pc).await;
+        park(&db, jc).await;
+        edit(&db, &bo, "bo", pa_bo).await;
+        t.submit_repair(&ana, jl, Some("r"), &json!({"instruction": "softer folds"}))
+            .await
+            .unwrap();
+        // A record a reviewer closed: its evidence ages with the history.
+        let body = json!({"kind": "video", "prompt": "x", "duration_s": 2, "resolution": "720p"});
+        let jx = t.submit_job(&ana, Some("x"), &body).await.unwrap().job.id;
+        park(&db, jx).await;
+        let rx = db.store().parked_for_job(jx).await.unwrap().unwrap();
+        t.decide(
+            &judge,
+            rx.id,
+            &DecisionRequest {
+                action: "accept_failure".into(),
+                evidence: "nothing was made".into(),
+                refund: Some(true),
+                release_hold: Some(true),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+        let output_a = t.job_output_content(&ana, ja).await;
+        assert!(output_a.is_ok());
+
+        let now = Utc::now();
+        assert_eq!(
+            t.purge_expired(now + Duration::days(29)).await.unwrap(),
+            Purged::default(),
+            "nothing is 30 days old"
+        );
+
+        // Past the media and deliveries age (30 days).
+        let p = t.purge_expired(now + Duration::days(31)).await.unwrap();
+        assert_eq!(
+            (p.outputs, p.uploads, p.deliveries, p.events, p.evidence),
+            (1, 2, 2, 0, 0),
+            "jA's output; uploads A and D; the two dead deliveries: {p:?}"
+        );
+        assert!(
+            t.job_output_content(&ana, ja).await.is_err(),
+            "jA's output is gone"
+        );
+        assert!(
+            t.job_output_content(&ana, jl).await.is_ok(),
+            "a lineage with a repair to come keeps it"
+        );
+        for kept in [pb, pc, pe] {
+            assert!(
+                t.visible_asset(&ana, kept).await.is_ok(),
+                "{kept} is still needed"
+            );
+        }
+        assert!(t.visible_asset(&ana, pa).await.is_err());
+        assert!(t.visible_asset(&ana, pd).await.is_err());
+        assert!(t.visible_asset(&bo, pa_bo).await.is_ok());
+        assert!(
+            exists(&db, &key_a).await,
+            "bo's upload still names A's bytes"
+        );
+        assert!(!exists(&db, &key_d).await, "D's bytes are deleted");
+        assert!(!t.store().job_events(jc).await.unwrap().is_empty());
+        assert_eq!(
+            t.store().job(jb).await.unwrap().unwrap().status,
+            JobStatus::Queued
+        );
+        let e = t
+            .submit_repair(&ana, ja, Some("late"), &json!({"instruction": "again"}))
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("retention"), "{e}");
+        // The same pass again purges nothing: it is idempotent.
+        assert_eq!(
+            t.purge_expired(now + Duration::days(31)).await.unwrap(),
+            Purged::default()
+        );
+
+        // Past the history age (365 days): timelines and closed evidence.
+        let p = t.purge_expired(now + Duration::days(366)).await.unwrap();
+        assert!(p.events > 0 && p.evidence == 1, "{p:?}");
+        assert!(t.store().job_events(ja).await.unwrap().is_empty());
+        assert!(t.store().job_events(jx).await.unwrap().is_empty());
+        assert!(
+            !t.store().job_events(jc).await.unwrap().is_empty(),
+            "an open record's job keeps its timeline"
+        );
+        let open = db.store().parked_for_job(jc).await.unwrap().unwrap();
+        assert_eq!(
+            open.evidence["reason"], "a test parks it",
+            "an open record keeps its evidence"
+        );
+        let closed = db.store().parked(rx.id).await.unwrap().unwrap();
+        assert!(closed.evidence["reason"]
+            .as_str()
+            .unwrap()
+            .contains("retention"));
+        assert_eq!(
+            t.purge_expired(now + Duration::days(366)).await.unwrap(),
+            Purged::default()
+        );
+        // What this node purged is counted for /metrics.
+        let counted: u64 = t.purge_counters().snapshot().iter().map(|(_, n)| n).sum();
+        assert_eq!(counted, 5 + p.total());
+
+        // Uploading D again brings it back, bytes and all.
+        assert_eq!(upload(&db, &ana, 67).await, pd);
+        assert!(exists(&db, &key_d).await);
+        assert!(t.visible_asset(&ana, pd).await.is_ok());
+    }
+}

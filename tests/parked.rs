@@ -38,6 +38,15 @@ both_backends!(
     a_reported_failure_parks_where_the_model_says_so,
     only_reviewers_decide_and_evidence_is_required,
     bulk_decides_each_matching_record_and_lists_the_skipped,
+    a_resumed_poll_that_finds_a_failure_parks_and_pays_for_nothing_new,
+    an_owners_cancel_refunds_but_the_record_and_its_hold_wait_for_a_decision,
+    a_cancel_during_an_approved_recovery_reopens_the_record,
+    a_reconcile_onto_an_unknown_prediction_is_refused,
+    a_resumed_poll_the_provider_answers_not_found_can_be_reconciled_again,
+    the_owner_never_sees_who_decided,
+    a_store_that_will_not_keep_the_output_parks_it_for_delivery,
+    a_recovery_does_exactly_the_action_decided,
+    evidence_is_sanitised_where_it_is_written,
 );
 
 fn usd(s: &str) -> Usd {
@@ -1010,4 +1019,898 @@ mod http {
         assert!(text.contains("tollgate_review_latency_seconds{quantile=\"0.5\"}"));
         assert!(text.contains("tollgate_recovery_claim_conflicts "));
     }
+}
+
+// ---------------------------------------------------------------------------
+// Recovery spends only what a reviewer approved, and parked work closes
+// only by a decision (rule 12; issue 27). Each test asserts what the
+// provider's bill shows (the mock's paid count) and what the owner sees.
+
+/// Creates a prediction at the mock the way another client would, with
+/// `behaviour` scripted for it: the prediction a reviewer finds.
+async fn outside_prediction(m: &MockServer, behaviour: &str) -> String {
+    m.script(json!({"next": [behaviour]})).await;
+    let r: serde_json::Value = reqwest::Client::new()
+        .post(format!("{}/v1/predictions", m.base))
+        .header(
+            "Idempotency-Key",
+            format!("outside-{}", uuid::Uuid::new_v4()),
+        )
+        .json(&json!({"model": "mock-clip", "input": {}}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    r["id"].as_str().unwrap().to_string()
+}
+
+async fn wait_for_record(
+    db: &TestDb,
+    record: tollgate::model::ParkedId,
+    done: impl Fn(&Parked) -> bool,
+) -> Parked {
+    for _ in 0..500 {
+        let r = db.store().parked(record).await.unwrap().unwrap();
+        if done(&r) {
+            return r;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("record {record} never got there");
+}
+
+/// The job's owner's view of its timeline, as one string.
+async fn owner_timeline(db: &TestDb, owner: &User, job: JobId) -> String {
+    serde_json::to_string(&db.tollgate.job_events(owner, job).await.unwrap()).unwrap()
+}
+
+/// Issue 27, 1: an approved status check learns the generation failed and
+/// parks in generation_failed; the model's remaining attempts are never
+/// spent without a reviewer's new_attempt.
+async fn a_resumed_poll_that_finds_a_failure_parks_and_pays_for_nothing_new(db: TestDb) {
+    let m = MockServer::start(MockConfig {
+        idempotency: false,
+        lookup: false,
+        ..MockConfig::default()
+    })
+    .await;
+    let db = db
+        .with_config(&mock_model(&m, "attempts = 3\non_uncertain = \"park\""))
+        .await;
+    let p = people(&db).await;
+    let t = &db.tollgate;
+    m.script(json!({"next": ["accept_then_drop"]})).await;
+    let engine = tollgate::engine::start(db.tollgate.clone(), 4);
+    let job = clip(&db, &p.owner, "rf1").await;
+    run_until(&db, job, |s| s == JobStatus::Parked).await;
+    let record = db.store().parked_for_job(job).await.unwrap().unwrap();
+    assert_eq!(record.stage, ParkedStage::SubmissionUncertain);
+    let failed = outside_prediction(&m, "fail").await;
+    assert_eq!(m.paid().await, 2, "the job's lost call and the one found");
+    t.decide(
+        &p.reviewer,
+        record.id,
+        &DecisionRequest {
+            provider_job_id: Some(failed.clone()),
+            ..decision("reconcile")
+        },
+    )
+    .await
+    .unwrap();
+    t.decide(&p.reviewer, record.id, &decision("resume_poll"))
+        .await
+        .unwrap();
+    let r = wait_for_record(&db, record.id, |r| {
+        r.state == ParkedState::Open && r.round == 3
+    })
+    .await;
+    engine.shutdown().await;
+    assert_eq!(m.paid().await, 2, "nothing new was paid for");
+    assert_eq!(r.stage, ParkedStage::GenerationFailed);
+    assert_eq!(
+        r.stage.allows(),
+        [ReviewAction::AcceptFailure, ReviewAction::NewAttempt]
+    );
+    assert_eq!(r.evidence["error_class"], "failed", "{}", r.evidence);
+    assert!(r.evidence["last_error"].is_string());
+    // The failed prediction was quoted: its cost is booked, not held.
+    assert_eq!(r.exposure_usd, usd("0.10"));
+    let j = db.store().job(job).await.unwrap().unwrap();
+    assert_eq!(j.status, JobStatus::Parked);
+    let attempts = db.store().attempts(job).await.unwrap();
+    assert_eq!(attempts.len(), 1, "one attempt, no new one: {attempts:?}");
+    assert_eq!(attempts[0].state, AttemptState::Failed);
+    assert_eq!(
+        attempts[0].provider_job_id.as_deref(),
+        Some(failed.as_str())
+    );
+    let decisions = db.store().decisions(record.id).await.unwrap();
+    assert_eq!(
+        decisions[1].recovery.as_ref().unwrap().state,
+        RecoveryState::Failed
+    );
+    assert_eq!(
+        balance(&db, &p.owner).await,
+        Credits(100 - j.credits.get()),
+        "still charged"
+    );
+
+    // Only a new_attempt spends again: a linked job, its own reservation,
+    // the possible duplicate cost shown.
+    let (d, _) = t
+        .decide(&p.reviewer, r.id, &decision("new_attempt"))
+        .await
+        .unwrap();
+    assert_eq!(d.duplicate_cost_usd, Some(usd("0.10")), "{d:?}");
+    let replacement = d.new_job_id.unwrap();
+    let engine = tollgate::engine::start(db.tollgate.clone(), 4);
+    run_until(&db, replacement, |s| s.is_terminal()).await;
+    engine.shutdown().await;
+    assert_eq!(m.paid().await, 3, "the approved new attempt, once");
+    let new = db.store().job(replacement).await.unwrap().unwrap();
+    assert_eq!(new.status, JobStatus::Succeeded);
+    assert_eq!(new.replaces, Some(job));
+    assert_eq!(
+        balance(&db, &p.owner).await,
+        Credits(100 - new.credits.get()),
+        "paid once"
+    );
+}
+
+/// Issue 27, 2: the owner's cancel refunds them, but the record stays open
+/// with its stage and its hold until a reviewer's decision closes it.
+async fn an_owners_cancel_refunds_but_the_record_and_its_hold_wait_for_a_decision(db: TestDb) {
+    let p = people(&db).await;
+    let t = &db.tollgate;
+    let today = Utc::now().date_naive();
+    for (key, canceller) in [("c1", &p.owner), ("c2", &p.other_reviewer)] {
+        let (job, record) = parked_job(&db, &p.owner, key, ParkedStage::SubmissionUncertain).await;
+        let day_before = t.budget(today).await.unwrap();
+        let cancelled = t.cancel_job(canceller, job).await.unwrap();
+        assert_eq!(cancelled.status, JobStatus::Cancelled);
+        assert_eq!(
+            balance(&db, &p.owner).await,
+            Credits(100),
+            "refunded at once"
+        );
+        let r = db.store().parked(record.id).await.unwrap().unwrap();
+        assert_eq!(
+            (r.state, r.stage, r.round),
+            (ParkedState::Open, record.stage, 1)
+        );
+        assert_eq!(r.hold_usd, Some(usd("0.04")), "the hold stays");
+        let day = t.budget(today).await.unwrap();
+        assert_eq!(
+            (day.used_usd, day.reserved_usd),
+            (day_before.used_usd, day_before.reserved_usd)
+        );
+        assert_eq!(db.store().decisions(record.id).await.unwrap().len(), 0);
+        let timeline = owner_timeline(&db, &p.owner, job).await;
+        assert!(timeline.contains("cancelled_while_parked"), "{timeline}");
+        assert!(!timeline.contains("review_closed"), "{timeline}");
+        // Nothing can run again; the money can still be settled.
+        assert_eq!(
+            r.stage.allows_for(r.job_status),
+            [ReviewAction::Reconcile, ReviewAction::AcceptFailure]
+        );
+        let e = t
+            .decide(
+                &p.reviewer,
+                record.id,
+                &DecisionRequest {
+                    refund: Some(false),
+                    release_hold: Some(false),
+                    ..decision("accept_failure")
+                },
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(code(&e), "INVALID_REQUEST", "the cancel already refunded");
+        // The reviewer finds the prediction, then accepts the failure with
+        // the hold kept: the estimate is booked as spent, once.
+        t.decide(
+            &p.reviewer,
+            record.id,
+            &DecisionRequest {
+                provider_job_id: Some(format!("pred_{key}")),
+                ..decision("reconcile")
+            },
+        )
+        .await
+        .unwrap();
+        let e = t
+            .decide(&p.reviewer, record.id, &decision("resume_poll"))
+            .await
+            .unwrap_err();
+        assert_eq!(code(&e), "ACTION_NOT_ALLOWED", "the job is gone: {e}");
+        t.decide(
+            &p.reviewer,
+            record.id,
+            &DecisionRequest {
+                refund: Some(true),
+                release_hold: Some(false),
+                ..decision("accept_failure")
+            },
+        )
+        .await
+        .unwrap();
+        let r = db.store().parked(record.id).await.unwrap().unwrap();
+        assert_eq!(r.state, ParkedState::Closed);
+        assert_eq!(r.hold_usd, None);
+        let day = t.budget(today).await.unwrap();
+        assert_eq!(day.used_usd, day_before.used_usd.plus(usd("0.04")));
+        assert_eq!(day.reserved_usd.plus(usd("0.04")), day_before.reserved_usd);
+        let a = db.store().attempts(job).await.unwrap().remove(0);
+        assert_eq!(
+            (a.state, a.cost_usd),
+            (AttemptState::Failed, None),
+            "unpriced, never 0"
+        );
+        let events = db.store().job_events(job).await.unwrap();
+        assert_eq!(events.iter().filter(|e| e.kind == "refunded").count(), 1);
+        assert_eq!(
+            events.iter().filter(|e| e.kind == "review_closed").count(),
+            1
+        );
+        assert_eq!(balance(&db, &p.owner).await, Credits(100), "refunded once");
+        assert_eq!(
+            db.store().job(job).await.unwrap().unwrap().status,
+            JobStatus::Cancelled
+        );
+    }
+}
+
+/// A cancel after a recovery was approved (the job queued for it) ends that
+/// recovery and opens the record again for a decision.
+async fn a_cancel_during_an_approved_recovery_reopens_the_record(db: TestDb) {
+    let p = people(&db).await;
+    let t = &db.tollgate;
+    let (job, record) = parked_job(&db, &p.owner, "cr1", ParkedStage::PollingExhausted).await;
+    t.decide(&p.reviewer, record.id, &decision("resume_poll"))
+        .await
+        .unwrap();
+    t.cancel_job(&p.owner, job).await.unwrap();
+    let r = db.store().parked(record.id).await.unwrap().unwrap();
+    assert_eq!((r.state, r.round), (ParkedState::Open, 2));
+    assert_eq!(r.hold_usd, Some(usd("0.04")));
+    let d = db.store().decisions(record.id).await.unwrap().remove(0);
+    assert_eq!(d.recovery.unwrap().state, RecoveryState::Failed);
+    assert_eq!(
+        r.stage.allows_for(r.job_status),
+        [ReviewAction::AcceptFailure]
+    );
+    t.decide(
+        &p.reviewer,
+        record.id,
+        &DecisionRequest {
+            refund: Some(true),
+            release_hold: Some(true),
+            ..decision("accept_failure")
+        },
+    )
+    .await
+    .unwrap();
+    let r = db.store().parked(record.id).await.unwrap().unwrap();
+    assert_eq!(r.state, ParkedState::Closed);
+    let a = db.store().attempts(job).await.unwrap().remove(0);
+    assert_eq!(a.settled_usd, Some(Usd::ZERO), "released by the decision");
+}
+
+/// A parked clip of `mock-clip` whose one paid call's answer was lost.
+async fn lost_answer(db: &TestDb, m: &MockServer, owner: &User, key: &str) -> (JobId, Parked) {
+    m.script(json!({"next": ["accept_then_drop"]})).await;
+    let engine = tollgate::engine::start(db.tollgate.clone(), 4);
+    let job = clip(db, owner, key).await;
+    run_until(db, job, |s| s == JobStatus::Parked).await;
+    engine.shutdown().await;
+    let record = db.store().parked_for_job(job).await.unwrap().unwrap();
+    assert_eq!(record.stage, ParkedStage::SubmissionUncertain);
+    (job, record)
+}
+
+/// Issue 27, 7: a reconcile is checked with the provider: an id it does
+/// not know is refused, so the real prediction can still be attached.
+async fn a_reconcile_onto_an_unknown_prediction_is_refused(db: TestDb) {
+    let m = MockServer::start(MockConfig {
+        idempotency: false,
+        lookup: false,
+        ..MockConfig::default()
+    })
+    .await;
+    let db = db.with_config(&mock_model(&m, "")).await;
+    let p = people(&db).await;
+    let t = &db.tollgate;
+    let (job, record) = lost_answer(&db, &m, &p.owner, "u1").await;
+    let reconcile = |id: &str| DecisionRequest {
+        provider_job_id: Some(id.into()),
+        ..decision("reconcile")
+    };
+    let e = t
+        .decide(&p.reviewer, record.id, &reconcile("pred_doesnotexist"))
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), "UNKNOWN_PROVIDER_JOB", "{e}");
+    for bad in [".", "..", "a/b", "pred 1"] {
+        let e = t
+            .decide(&p.reviewer, record.id, &reconcile(bad))
+            .await
+            .unwrap_err();
+        assert_eq!(code(&e), "INVALID_REQUEST", "{bad}: {e}");
+    }
+    let r = db.store().parked(record.id).await.unwrap().unwrap();
+    assert_eq!(
+        (r.state, r.stage, r.round),
+        (ParkedState::Open, ParkedStage::SubmissionUncertain, 1)
+    );
+    assert_eq!(
+        db.store().decisions(record.id).await.unwrap().len(),
+        0,
+        "nothing recorded"
+    );
+    // The real one is accepted, and what the provider said is evidence.
+    let real = m.stats().await["predictions"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    t.decide(&p.reviewer, record.id, &reconcile(&real))
+        .await
+        .unwrap();
+    let r = db.store().parked(record.id).await.unwrap().unwrap();
+    assert_eq!(r.stage, ParkedStage::PollingExhausted);
+    assert!(
+        r.evidence["reconcile_check"]
+            .as_str()
+            .unwrap()
+            .contains("succeeded"),
+        "{}",
+        r.evidence
+    );
+    assert_eq!(m.paid().await, 1);
+    assert_eq!(
+        db.store().job(job).await.unwrap().unwrap().status,
+        JobStatus::Parked
+    );
+}
+
+/// Issue 27, 7: a resumed poll the provider answers "no such prediction"
+/// returns the record at once to submission_uncertain, its wrong id
+/// forgotten, where the right one can be attached.
+async fn a_resumed_poll_the_provider_answers_not_found_can_be_reconciled_again(db: TestDb) {
+    let m = MockServer::start(MockConfig {
+        idempotency: false,
+        lookup: false,
+        ..MockConfig::default()
+    })
+    .await;
+    let db = db
+        .with_config(&mock_model(&m, "poll_timeout_s = 600"))
+        .await;
+    let p = people(&db).await;
+    let t = &db.tollgate;
+    let (job, record) = lost_answer(&db, &m, &p.owner, "nf1").await;
+    let real = m.stats().await["predictions"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let reconcile = |id: &str| DecisionRequest {
+        provider_job_id: Some(id.into()),
+        ..decision("reconcile")
+    };
+    t.decide(&p.reviewer, record.id, &reconcile(&real))
+        .await
+        .unwrap();
+    // The provider forgets it (or it was the wrong one all along).
+    m.script(json!({"poll": ["not_found"]})).await;
+    t.decide(&p.reviewer, record.id, &decision("resume_poll"))
+        .await
+        .unwrap();
+    let engine = tollgate::engine::start(db.tollgate.clone(), 4);
+    let r = wait_for_record(&db, record.id, |r| {
+        r.state == ParkedState::Open && r.round == 3
+    })
+    .await;
+    assert_eq!(
+        r.stage,
+        ParkedStage::SubmissionUncertain,
+        "at once, not after 600 s"
+    );
+    assert_eq!(r.provider_job_id, None);
+    assert_eq!(r.evidence["unknown_provider_job_id"], real.as_str());
+    let a = db.store().attempts(job).await.unwrap().remove(0);
+    assert_eq!(
+        (a.state, a.provider_job_id),
+        (AttemptState::Submitting, None)
+    );
+    // Reconciled again, resumed: it succeeds, paid once.
+    t.decide(&p.reviewer, record.id, &reconcile(&real))
+        .await
+        .unwrap();
+    t.decide(&p.reviewer, record.id, &decision("resume_poll"))
+        .await
+        .unwrap();
+    assert_eq!(
+        run_until(&db, job, |s| s.is_terminal()).await,
+        JobStatus::Succeeded
+    );
+    engine.shutdown().await;
+    assert_eq!(m.paid().await, 1);
+}
+
+/// Issue 27, 5: the owner's views say what happened, never who on the
+/// staff did it.
+async fn the_owner_never_sees_who_decided(db: TestDb) {
+    let m = MockServer::start(MockConfig {
+        idempotency: false,
+        lookup: false,
+        ..MockConfig::default()
+    })
+    .await;
+    let db = db.with_config(&mock_model(&m, "")).await;
+    let p = people(&db).await;
+    let t = &db.tollgate;
+    let (job, record) = lost_answer(&db, &m, &p.owner, "w1").await;
+    let real = m.stats().await["predictions"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    t.decide(
+        &p.reviewer,
+        record.id,
+        &DecisionRequest {
+            provider_job_id: Some(real),
+            ..decision("reconcile")
+        },
+    )
+    .await
+    .unwrap();
+    t.note_parked(&p.reviewer, record.id, "called the provider")
+        .await
+        .unwrap();
+    let owner_records = serde_json::to_string(&t.parked_of_job(job).await.unwrap()).unwrap();
+    assert!(
+        !owner_records.contains("reviewer@example.com"),
+        "{owner_records}"
+    );
+    let timeline = owner_timeline(&db, &p.owner, job).await;
+    assert!(!timeline.contains("reviewer@example.com"), "{timeline}");
+    assert!(
+        timeline.contains("reconcile"),
+        "what happened is there: {timeline}"
+    );
+}
+
+/// Issue 27, 6: our own object store failing is tried a bounded number of
+/// times, then parks in delivery_exhausted; retry_delivery fetches the
+/// output again, and the provider is never asked to generate again.
+async fn a_store_that_will_not_keep_the_output_parks_it_for_delivery(db: TestDb) {
+    let m = MockServer::start(MockConfig::default()).await;
+    let db = db.with_config(&mock_model(&m, "")).await;
+    let p = people(&db).await;
+    let t = &db.tollgate;
+    // A file where the outputs' folder belongs: every put fails.
+    let objects = db.dir.join("objects");
+    std::fs::create_dir_all(&objects).unwrap();
+    std::fs::write(objects.join("outputs"), b"in the way").unwrap();
+    let engine = tollgate::engine::start(db.tollgate.clone(), 4);
+    let job = clip(&db, &p.owner, "st1").await;
+    run_until(&db, job, |s| s == JobStatus::Parked).await;
+    let record = db.store().parked_for_job(job).await.unwrap().unwrap();
+    assert_eq!(record.stage, ParkedStage::DeliveryExhausted);
+    assert_eq!(record.deliveries, 4, "bounded");
+    assert!(
+        record.evidence["reason"]
+            .as_str()
+            .unwrap()
+            .contains("object store"),
+        "{}",
+        record.evidence
+    );
+    assert_eq!(m.paid().await, 1);
+    let a = db.store().attempts(job).await.unwrap().remove(0);
+    assert_eq!(
+        a.state,
+        AttemptState::Succeeded,
+        "it succeeded at the provider"
+    );
+    // The store recovers; a reviewer retries the delivery.
+    std::fs::remove_file(objects.join("outputs")).unwrap();
+    t.decide(&p.reviewer, record.id, &decision("retry_delivery"))
+        .await
+        .unwrap();
+    assert_eq!(
+        run_until(&db, job, |s| s.is_terminal()).await,
+        JobStatus::Succeeded
+    );
+    engine.shutdown().await;
+    assert_eq!(m.paid().await, 1, "never generated again");
+    assert_eq!(db.store().attempts(job).await.unwrap().len(), 1);
+}
+
+/// Rule 12 over every recovery a worker carries out and every answer the
+/// provider can give: no paid call is made that the decision did not name,
+/// and the job ends, or parks where a person can act on what was learned.
+async fn a_recovery_does_exactly_the_action_decided(db: TestDb) {
+    use ParkedStage::*;
+    let case =
+        |name, action, parked_in, behaviour, polls: Vec<&'static str>, latency_s, status, parks| {
+            RecoveryCase {
+                name,
+                action,
+                parked_in,
+                behaviour,
+                polls,
+                latency_s,
+                status,
+                parks,
+            }
+        };
+    let (waits, done) = (JobStatus::Parked, JobStatus::Succeeded);
+    let cases = [
+        case(
+            "poll-succeeded",
+            "resume_poll",
+            PollingExhausted,
+            "ok",
+            vec![],
+            0,
+            done,
+            None,
+        ),
+        case(
+            "poll-failed",
+            "resume_poll",
+            PollingExhausted,
+            "fail",
+            vec![],
+            0,
+            waits,
+            Some(GenerationFailed),
+        ),
+        case(
+            "poll-refused",
+            "resume_poll",
+            PollingExhausted,
+            "refuse",
+            vec![],
+            0,
+            waits,
+            Some(GenerationFailed),
+        ),
+        case(
+            "poll-running",
+            "resume_poll",
+            PollingExhausted,
+            "ok",
+            vec![],
+            600,
+            waits,
+            Some(PollingExhausted),
+        ),
+        case(
+            "poll-unreachable",
+            "resume_poll",
+            PollingExhausted,
+            "ok",
+            vec!["unavailable"; 400],
+            0,
+            waits,
+            Some(PollingExhausted),
+        ),
+        case(
+            "poll-not-found",
+            "resume_poll",
+            PollingExhausted,
+            "ok",
+            vec!["not_found"],
+            0,
+            waits,
+            Some(SubmissionUncertain),
+        ),
+        case(
+            "fetch-succeeded",
+            "retry_delivery",
+            DeliveryExhausted,
+            "ok",
+            vec![],
+            0,
+            done,
+            None,
+        ),
+        case(
+            "fetch-failed",
+            "retry_delivery",
+            DeliveryExhausted,
+            "fail",
+            vec![],
+            0,
+            waits,
+            Some(DeliveryExhausted),
+        ),
+        case(
+            "fetch-unreachable",
+            "retry_delivery",
+            DeliveryExhausted,
+            "ok",
+            vec!["unavailable"; 400],
+            0,
+            waits,
+            Some(DeliveryExhausted),
+        ),
+    ];
+    let mut mocks = Vec::new();
+    let mut toml = String::new();
+    for (i, c) in cases.iter().enumerate() {
+        let m = MockServer::start(MockConfig {
+            idempotency: false,
+            lookup: false,
+            latency: Duration::from_secs(c.latency_s),
+            ..MockConfig::default()
+        })
+        .await;
+        toml += &format!(
+            "[[models]]\nid = \"mock-{i}\"\nkind = \"video\"\nprovider = \"http\"\nendpoint = \"{}\"\n\
+             price = {{ per_generation = \"0.10\" }}\ndurations_s = [2]\ndefault = {}\nattempts = 3\n\
+             poll_ms = 20\nbackoff_ms = 20\nbackoff_max_ms = 50\ntimeout_ms = 2000\npoll_timeout_s = 1\n\n",
+            m.base,
+            i == 0
+        );
+        mocks.push(m);
+    }
+    let db = db.with_config(&toml).await;
+    let p = people(&db).await;
+    let t = &db.tollgate;
+    // Every record parked first (claimed by the test), then the workers.
+    let mut parked = Vec::new();
+    for (i, c) in cases.iter().enumerate() {
+        let m = &mocks[i];
+        let prediction = outside_prediction(m, c.behaviour).await;
+        parked.push(
+            parked_on(
+                &db,
+                &p.owner,
+                c.name,
+                &format!("mock-{i}"),
+                m,
+                c.parked_in,
+                &prediction,
+            )
+            .await,
+        );
+    }
+    let engine = tollgate::engine::start(db.tollgate.clone(), 8);
+    for (i, c) in cases.into_iter().enumerate() {
+        let RecoveryCase {
+            name,
+            action,
+            polls,
+            status,
+            parks,
+            ..
+        } = c;
+        let m = &mocks[i];
+        let (job, record) = parked[i].clone();
+        if !polls.is_empty() {
+            m.script(json!({"poll": polls})).await;
+        }
+        let paid = m.paid().await;
+        t.decide(&p.reviewer, record.id, &decision(action))
+            .await
+            .unwrap();
+        let after = run_until(&db, job, |s| {
+            s != JobStatus::Queued && s != JobStatus::Running
+        })
+        .await;
+        assert_eq!(after, status, "{name}");
+        assert_eq!(
+            m.paid().await,
+            paid,
+            "{name}: nothing paid that {action} did not name"
+        );
+        let r = db.store().parked(record.id).await.unwrap().unwrap();
+        match parks {
+            Some(stage) => {
+                assert_eq!(
+                    (r.state, r.stage, r.round),
+                    (ParkedState::Open, stage, 2),
+                    "{name}: {}",
+                    r.evidence
+                );
+            }
+            None => assert_eq!(r.state, ParkedState::Closed, "{name}"),
+        }
+        let generated = db
+            .store()
+            .attempts(job)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|a| a.purpose == AttemptPurpose::Generate)
+            .count();
+        assert_eq!(generated, 1, "{name}: no new attempt");
+    }
+    engine.shutdown().await;
+}
+
+/// One row of the table of recoveries: the action a reviewer approves on a
+/// record parked in `parked_in`, what the provider's prediction does
+/// (`behaviour`, scripted status checks, latency), and what must follow.
+struct RecoveryCase {
+    name: &'static str,
+    action: &'static str,
+    parked_in: ParkedStage,
+    behaviour: &'static str,
+    polls: Vec<&'static str>,
+    latency_s: u64,
+    status: JobStatus,
+    parks: Option<ParkedStage>,
+}
+
+/// A clip of `model` parked in `stage` after its one attempt was accepted
+/// as `prediction` (and, for delivery_exhausted, ended as succeeded).
+async fn parked_on(
+    db: &TestDb,
+    owner: &User,
+    key: &str,
+    model: &str,
+    m: &MockServer,
+    stage: ParkedStage,
+    prediction: &str,
+) -> (JobId, Parked) {
+    let body = json!({"kind": "video", "prompt": key, "model": model, "duration_s": 2, "resolution": "720p"});
+    let job = db
+        .tollgate
+        .submit_job(owner, Some(key), &body)
+        .await
+        .unwrap()
+        .job;
+    let claim = claim_one(db, job.id).await;
+    let a = AttemptId::new();
+    let mut ops = vec![
+        Op::BeginAttempt(NewAttempt {
+            id: a,
+            job_id: job.id,
+            purpose: AttemptPurpose::Generate,
+            provider: "http".into(),
+            endpoint: Some(m.base.clone()),
+            model: model.into(),
+            attempt_no: 1,
+            idempotency_key: format!("{}:1", job.id),
+            hold: Some(Hold {
+                day: Utc::now().date_naive(),
+                amount: usd("0.10"),
+                default_cap: usd("50"),
+            }),
+            started_at: Utc::now(),
+        }),
+        Op::Submitted {
+            attempt: a,
+            provider_job_id: prediction.into(),
+        },
+    ];
+    if stage == ParkedStage::DeliveryExhausted {
+        ops.push(Op::EndAttempt {
+            attempt: a,
+            outcome: tollgate::store::AttemptOutcome {
+                end: tollgate::model::AttemptEnd::Succeeded,
+                provider_job_id: None,
+                error_class: None,
+                error: None,
+                duration_ms: 10,
+                usage: None,
+                cost: None,
+                finished_at: Utc::now(),
+            },
+        });
+    }
+    ops.push(Op::Park(NewParked {
+        stage,
+        evidence: json!({"reason": "a test parks it"}),
+        provider: Some("http".into()),
+        model: Some(model.into()),
+        provider_job_id: Some(prediction.into()),
+        attempt_id: Some(a),
+        polls: 1,
+        deliveries: 0,
+    }));
+    let applied = db
+        .store()
+        .apply_one(Unit {
+            job: job.id,
+            token: claim.token,
+            ops,
+        })
+        .await
+        .unwrap();
+    assert!(matches!(applied, Applied::Done(_)), "{applied:?}");
+    let record = db.store().parked_for_job(job.id).await.unwrap().unwrap();
+    (job.id, record)
+}
+
+/// Issue 27, 4: error texts carry whole URLs (signed query strings,
+/// credentials) and sometimes tokens; what is stored keeps the words, the
+/// host and the path, never the secrets, whoever wrote it.
+async fn evidence_is_sanitised_where_it_is_written(db: TestDb) {
+    let p = people(&db).await;
+    let t = &db.tollgate;
+    let body = json!({"kind": "video", "prompt": "scrub", "duration_s": 2, "resolution": "720p"});
+    let job = t
+        .submit_job(&p.owner, Some("scrub"), &body)
+        .await
+        .unwrap()
+        .job;
+    let claim = claim_one(&db, job.id).await;
+    let a = AttemptId::new();
+    let signed = "https://bucket.s3.example.com/out/x.png?X-Amz-Signature=deadbeef&X-Amz-Credential=AKIAEXAMPLE";
+    let leaky =
+        format!("error sending request for url ({signed}): Authorization: Bearer sekrit-token");
+    let ops = vec![
+        Op::BeginAttempt(NewAttempt {
+            id: a,
+            job_id: job.id,
+            purpose: AttemptPurpose::Generate,
+            provider: "http".into(),
+            endpoint: Some("http://127.0.0.1:9".into()),
+            model: "local-clip".into(),
+            attempt_no: 1,
+            idempotency_key: format!("{}:1", job.id),
+            hold: None,
+            started_at: Utc::now(),
+        }),
+        Op::EndAttempt {
+            attempt: a,
+            outcome: tollgate::store::AttemptOutcome {
+                end: tollgate::model::AttemptEnd::Succeeded,
+                provider_job_id: Some("pred_s".into()),
+                error_class: None,
+                error: Some(leaky.clone()),
+                duration_ms: 1,
+                usage: None,
+                cost: None,
+                finished_at: Utc::now(),
+            },
+        },
+        Op::Park(NewParked {
+            stage: ParkedStage::DeliveryExhausted,
+            evidence: json!({"reason": "storing failed", "last_error": leaky, "nested": [signed]}),
+            provider: Some("http".into()),
+            model: Some("local-clip".into()),
+            provider_job_id: Some("pred_s".into()),
+            attempt_id: Some(a),
+            polls: 0,
+            deliveries: 1,
+        }),
+    ];
+    let applied = db
+        .store()
+        .apply_one(Unit {
+            job: job.id,
+            token: claim.token,
+            ops,
+        })
+        .await
+        .unwrap();
+    assert!(matches!(applied, Applied::Done(_)), "{applied:?}");
+    let record = db.store().parked_for_job(job.id).await.unwrap().unwrap();
+    t.note_parked(
+        &p.reviewer,
+        record.id,
+        &format!("the provider sent {signed}"),
+    )
+    .await
+    .unwrap();
+    let stored = serde_json::to_string(&(
+        db.store().attempts(job.id).await.unwrap(),
+        db.store().parked(record.id).await.unwrap(),
+        db.store().job_events(job.id).await.unwrap(),
+    ))
+    .unwrap();
+    for secret in ["deadbeef", "AKIAEXAMPLE", "X-Amz", "sekrit-token"] {
+        assert!(!stored.contains(secret), "{secret} was stored: {stored}");
+    }
+    assert!(
+        stored.contains("https://bucket.s3.example.com/out/x.png"),
+        "the words stay: {stored}"
+    );
 }

@@ -630,22 +630,21 @@ async fn a_dropped_answer_without_either_parks_and_keeps_the_hold(db: TestDb) {
     );
     assert!(text.contains("tollgate_parked_oldest_age_seconds{stage=\"submission_uncertain\"}"));
 
-    // Its owner cancels it: refunded once, and it no longer waits for a
-    // decision; the possibly-paid call stays booked at the estimate.
+    // Its owner cancels it: refunded once, but the record still waits for
+    // a decision (rule 12: a record closes only by one), and the
+    // possibly-paid call stays held, not settled, until then.
     let cancelled = db.tollgate.cancel_job(&u, id).await.unwrap();
     assert_eq!(cancelled.status, JobStatus::Cancelled);
     assert_eq!(balance(&db, &u).await, Credits(100));
-    assert!(db.store().parked_for_job(id).await.unwrap().is_none());
-    assert!(db
-        .store()
-        .list_parked(&ParkedFilter {
-            limit: 10,
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .is_empty());
-    assert_eq!(held(&db).await, (job.estimated_usd, Usd::ZERO));
+    let record = db.store().parked_for_job(id).await.unwrap().unwrap();
+    assert_eq!(record.stage, ParkedStage::SubmissionUncertain);
+    assert_eq!(held(&db).await, (Usd::ZERO, job.estimated_usd));
+    assert_eq!(
+        db.store().settle_left_holds().await.unwrap(),
+        0,
+        "the sweeper leaves it"
+    );
+    assert_eq!(held(&db).await, (Usd::ZERO, job.estimated_usd));
 }
 
 async fn a_dropped_answer_refunds_where_the_policy_says(db: TestDb) {

@@ -139,6 +139,75 @@ test.describe.serial('review', () => {
     await shot(page, '44-edit-reviewed');
   });
 
+  test('an owner who cancels parked work gets the credits back, and the record stays for a reviewer', async ({ page, baseURL, request }) => {
+    const scripted = await request.post(`${MOCK}/_mock/script`, { data: { next: ['accept_then_drop'] } });
+    expect(scripted.ok()).toBeTruthy();
+    await signIn(page, PAINTER);
+    const r = await page.request.post('/v1/jobs', {
+      headers: { Origin: baseURL, 'Idempotency-Key': 'review-clip-cancelled' },
+      data: { kind: 'video', prompt: 'a kite over dunes', model: 'mock-clip', duration_s: 2, resolution: '720p' },
+    });
+    expect(r.status()).toBe(201);
+    const cancelled = (await r.json()).id;
+    await page.goto(`/edits/${cancelled}`);
+    await expect(page.getByTestId('job-status')).toContainText('Needs review', { timeout: 30_000 });
+    await page.getByRole('button', { name: 'Cancel and refund' }).click();
+    await expect(page.getByTestId('parked')).toContainText('Cancelled: your credits are back');
+    await expect(page.getByTestId('parked')).toContainText('A reviewer still settles what it cost');
+    await expect(page.getByTestId('parked')).not.toContainText('judge@studio.test');
+    await shot(page, '46-edit-cancelled-while-parked');
+
+    await signIn(page, REVIEWER);
+    await page.goto('/review?stage=submission_uncertain');
+    const row = page.getByTestId('queue-row').filter({ hasText: cancelled.slice(0, 8) });
+    await expect(row).toHaveCount(1);
+    await row.getByRole('link', { name: 'Open' }).click();
+    await expect(page.getByTestId('action-reconcile')).toBeVisible();
+    await expect(page.getByTestId('action-accept_failure')).toBeVisible();
+    await expect(page.getByTestId('evidence')).toContainText('Request fingerprint');
+    await shot(page, '47-review-cancelled-record');
+  });
+
+  test('a bulk new attempt shows each duplicate cost, the total and the day\'s room before it is confirmed', async ({ page, baseURL, request }) => {
+    const scripted = await request.post(`${MOCK}/_mock/script`, { data: { next: ['fail', 'fail'] } });
+    expect(scripted.ok()).toBeTruthy();
+    await signIn(page, PAINTER);
+    const ids = [];
+    for (const key of ['bulk-new-1', 'bulk-new-2']) {
+      const r = await page.request.post('/v1/jobs', {
+        headers: { Origin: baseURL, 'Idempotency-Key': key },
+        data: { kind: 'video', prompt: `a paper boat ${key}`, model: 'mock-clip-park', duration_s: 2, resolution: '720p' },
+      });
+      expect(r.status()).toBe(201);
+      ids.push((await r.json()).id);
+    }
+    for (const id of ids) {
+      await expect(async () => {
+        const j = await (await page.request.get(`/v1/jobs/${id}`)).json();
+        expect(j.status).toBe('parked');
+      }).toPass({ timeout: 30_000 });
+    }
+    const before = (await (await request.get(`${MOCK}/_mock/stats`)).json()).paid_predictions;
+
+    await signIn(page, REVIEWER);
+    await page.goto('/review?stage=generation_failed');
+    const bulk = page.getByTestId('bulk');
+    await expect(bulk).toContainText('2 open records match');
+    await expect(bulk.getByTestId('bulk-costs')).toContainText('$0.20 in all');
+    await expect(bulk.getByTestId('bulk-room')).toContainText('room for 2 of 2');
+    await bulk.getByText("Each record's possible duplicate cost").click();
+    await shot(page, '48-review-bulk-new-attempt');
+    await bulk.getByLabel('Action').selectOption('new_attempt');
+    await bulk.getByLabel('Evidence (required)').fill('The provider had an outage; both may run again.');
+    await bulk.getByTestId('bulk-confirm').check();
+    await bulk.getByTestId('bulk-submit').click();
+    await expect(page.getByRole('status').first()).toContainText('Decided 2 records');
+    await expect(async () => {
+      const after = (await (await request.get(`${MOCK}/_mock/stats`)).json()).paid_predictions;
+      expect(after).toBe(before + 2);
+    }).toPass({ timeout: 30_000 });
+  });
+
   test('a person who is not a reviewer cannot open the queue', async ({ page }) => {
     await signIn(page, PAINTER);
     const response = await page.goto('/review');

@@ -314,6 +314,8 @@ async fn render(t: &Tollgate) -> Response {
         statements,
     );
 
+    register_retention(&mut registry, t);
+
     let mut body = String::new();
     if encode(&mut body, &registry).is_err() {
         return (StatusCode::INTERNAL_SERVER_ERROR, "encoding failed\n").into_response();
@@ -326,4 +328,20 @@ async fn render(t: &Tollgate) -> Response {
         body,
     )
         .into_response()
+}
+
+/// What retention purged on this node, by kind (outputs, uploads, events,
+/// evidence, deliveries).
+fn register_retention(registry: &mut Registry, t: &Tollgate) {
+    let purged = Family::<Labels, Counter>::default();
+    for (kind, n) in t.purge_counters().snapshot() {
+        purged
+            .get_or_create(&vec![("kind".into(), kind.to_string())])
+            .inc_by(n);
+    }
+    registry.register(
+        "retention_purged",
+        "What the retention policy purged on this node, by kind",
+        purged,
+    );
 }

@@ -126,6 +126,13 @@ pub struct ParkedObject {
     #[serde(serialize_with = "millis")]
     #[schema(value_type = String, format = DateTime)]
     pub parked_at: DateTime<Utc>,
+    /// When the record last changed or was observed (parked, reconciled,
+    /// checked again).
+    #[serde(serialize_with = "millis")]
+    #[schema(value_type = String, format = DateTime)]
+    pub last_observed_at: DateTime<Utc>,
+    /// The request's fingerprint: SHA-256 of its canonical body (hex).
+    pub request_sha256: String,
     /// The job's owner.
     pub user: String,
     /// The job's attempts (only on `GET /v1/parked/{id}` and decisions).
@@ -158,11 +165,13 @@ impl ParkedObject {
             hold_usd: p.hold_usd,
             age_s: (Utc::now() - p.created_at).num_seconds().max(0),
             parked_at: p.created_at,
+            last_observed_at: p.updated_at,
+            request_sha256: p.request_sha256.clone(),
             user: p.user_email.as_str().to_string(),
             attempts,
             decisions: decisions.iter().map(DecisionObject::from).collect(),
             allowed_actions: if p.state == ParkedState::Open {
-                p.stage.allows().to_vec()
+                p.stage.allows_for(p.job_status).to_vec()
             } else {
                 Vec::new()
             },

@@ -99,9 +99,45 @@ pub fn start(tollgate: Tollgate, workers: usize) -> EngineHandle {
             }
         }
     }));
+    tasks.push(tokio::spawn(retention(tollgate.clone(), stopped.clone())));
     // Last: it finishes once the runs above have gone and their units are answered.
     tasks.push(committer_finished);
     EngineHandle { stop, tasks }
+}
+
+/// Retention's task: a pass every ten minutes, a few passes more while a
+/// pass finds full batches (a backlog), each bounded.
+async fn retention(t: Tollgate, mut stopped: watch::Receiver<bool>) {
+    const PASSES_PER_TICK_MAX: usize = 10;
+    let mut tick = tokio::time::interval(Duration::from_secs(600));
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stopped.changed() => return,
+        }
+        for _ in 0..PASSES_PER_TICK_MAX {
+            match t.purge_expired(Utc::now()).await {
+                Ok(p) if p.total() > 0 => {
+                    tracing::info!(
+                        outputs = p.outputs,
+                        uploads = p.uploads,
+                        events = p.events,
+                        evidence = p.evidence,
+                        deliveries = p.deliveries,
+                        "retention purged"
+                    );
+                    if p.total() < crate::retention::PURGE_BATCH_MAX as u64 {
+                        break;
+                    }
+                }
+                Ok(_) => break,
+                Err(e) => {
+                    tracing::warn!(error = %e, "retention's purge failed; trying again later");
+                    break;
+                }
+            }
+        }
+    }
 }
 
 /// Claims in batches up to the free run slots and runs each claim as its

@@ -16,6 +16,7 @@ mod parked;
 mod password;
 mod progress;
 mod role;
+pub mod scrub;
 mod webhook;
 
 pub use attempt::{AttemptEnd, AttemptState, CostSource, Purpose};
@@ -42,7 +43,10 @@ pub use lineage::{
 };
 pub use media::{served_content_type, sniff_output};
 pub use money::{Usd, UsdError, USD_SCALE};
-pub use parked::{ParkedStage, ParkedState, RecoveryState, ReviewAction};
+pub use parked::{
+    is_plain_provider_job_id, ParkedStage, ParkedState, RecoveryState, ReviewAction,
+    PROVIDER_JOB_ID_LEN_MAX,
+};
 pub use password::{Password, PasswordError, PASSWORD_LEN_MAX, PASSWORD_LEN_MIN};
 pub use progress::{Progress, Readiness, Review, Step, StoredOutput, Verdict};
 pub use role::{Role, UnknownRole};

@@ -5,6 +5,20 @@
 
 use serde::{Deserialize, Serialize};
 
+/// The longest provider job id Tollgate keeps or sends.
+pub const PROVIDER_JOB_ID_LEN_MAX: usize = 200;
+
+/// A provider's job id that may go into a request path: 1 to 200 letters,
+/// digits, `-`, `_` and `.`, with at least one letter or digit (so never
+/// `.` or `..`, which would turn a status check into another URL).
+pub fn is_plain_provider_job_id(id: &str) -> bool {
+    (1..=PROVIDER_JOB_ID_LEN_MAX).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        && id.bytes().any(|b| b.is_ascii_alphanumeric())
+}
+
 /// Why a job waits for a person: what is known about the money.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[cfg_attr(feature = "server", derive(utoipa::ToSchema))]
@@ -75,6 +89,21 @@ impl ParkedStage {
             ParkedStage::PollingExhausted => &[ResumePoll, AcceptFailure],
             ParkedStage::DeliveryExhausted => &[RetryDelivery, AcceptFailure],
             ParkedStage::GenerationFailed => &[AcceptFailure, NewAttempt],
+        }
+    }
+
+    /// The actions a reviewer may approve now, given the job's status. A job
+    /// its owner cancelled while parked has nothing left to run: its record
+    /// stays only to settle the money, so a reconcile (to record what the
+    /// provider made) and `accept_failure` (its accounting) remain.
+    pub fn allows_for(self, job: crate::model::JobStatus) -> &'static [ReviewAction] {
+        use ReviewAction::*;
+        match (job, self) {
+            (crate::model::JobStatus::Cancelled, ParkedStage::SubmissionUncertain) => {
+                &[Reconcile, AcceptFailure]
+            }
+            (crate::model::JobStatus::Cancelled, _) => &[AcceptFailure],
+            _ => self.allows(),
         }
     }
 }

@@ -293,6 +293,7 @@ async fn classify(r: reqwest::Response, model: &ModelSpec, asked: Asked) -> Prov
         // A gateway error after a submit may hide an accepted request.
         s if s.is_server_error() && asked == Asked::Submit => ErrorClass::Uncertain,
         s if s.is_server_error() => ErrorClass::Timeout,
+        StatusCode::NOT_FOUND if asked == Asked::Read => ErrorClass::NotFound,
         _ if asked == Asked::Submit => ErrorClass::InvalidInput,
         _ => ErrorClass::Timeout,
     };
@@ -340,12 +341,7 @@ impl Provider for HttpProvider {
 
     async fn poll(&self, model: &ModelSpec, provider_job_id: &str) -> Result<Poll, ProviderError> {
         // The id goes into a path: only plain ids are accepted.
-        if provider_job_id.is_empty()
-            || provider_job_id.len() > 200
-            || !provider_job_id
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
-        {
+        if !crate::model::is_plain_provider_job_id(provider_job_id) {
             return Ok(Poll::Failed(ProviderError::new(
                 ErrorClass::Failed,
                 format!("the provider's prediction id {provider_job_id:?} is not usable"),

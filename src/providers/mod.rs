@@ -35,6 +35,9 @@ pub enum ErrorClass {
     Failed,
     /// 503 or unreachable; nothing was created.
     Unavailable,
+    /// A status check or download the provider answered 404: it does not
+    /// know that prediction (a mistyped reconcile, or one it forgot).
+    NotFound,
     /// The request may have been accepted, and no answer came (a dropped
     /// connection or a timeout after sending): the uncertainty window.
     Uncertain,
@@ -51,6 +54,7 @@ impl ErrorClass {
             ErrorClass::Refused => "refused",
             ErrorClass::Failed => "failed",
             ErrorClass::Unavailable => "unavailable",
+            ErrorClass::NotFound => "not_found",
             ErrorClass::Uncertain => "uncertain",
         }
     }

@@ -29,8 +29,8 @@ use super::config::{FallbackReason, ModelSpec, OnFailure, OnUncertain};
 use super::{Cost, ErrorClass, Finished, Input, Lookup, Poll, Provider, ProviderError, Submission};
 use crate::engine::Run;
 use crate::model::{
-    AttemptEnd, AttemptId, AttemptState, CostSource, JobKind, JobRequest, Purpose, StoredOutput,
-    Usd,
+    AttemptEnd, AttemptId, AttemptState, CostSource, JobKind, JobRequest, ParkedState, Purpose,
+    ReviewAction, StoredOutput, Usd,
 };
 use crate::storage::{NewObjectMeta, ObjectKey, PutOutcome};
 use crate::store::{
@@ -46,6 +46,9 @@ use std::time::Duration;
 const RECOVERY_TRIES: usize = 3;
 /// Output downloads tried before the job parks in `delivery_exhausted`.
 const DELIVERY_TRIES: usize = 3;
+/// Writes of a fetched output to our object store before the job parks in
+/// `delivery_exhausted`.
+const STORE_TRIES: usize = 4;
 /// Pending polls between checks that the run still holds its claim.
 const POLLS_PER_CLAIM_CHECK: u32 = 5;
 
@@ -61,6 +64,15 @@ pub enum Generated {
     /// This node is shutting down: give the job back; an accepted attempt
     /// stays on record and the next run polls it.
     Released,
+}
+
+/// What storing a fetched output came to.
+enum Stored {
+    Put(PutOutcome),
+    /// The node is stopping: the job goes back, the attempt stays recorded.
+    Released,
+    /// Every try failed; the last error.
+    Failed(String),
 }
 
 /// What one attempt came to.
@@ -106,10 +118,10 @@ pub async fn generate(run: &mut Run<'_>) -> StoreResult<Generated> {
         ));
     }
     // A job's first claim cannot have attempts yet: no read needed.
-    let (previous, resumed_until) = if run.claim.token > 1 {
+    let (previous, recovery) = if run.claim.token > 1 {
         (
             run.t.store().attempts(job.id).await?,
-            resumed_until(run.t, job.id).await?,
+            recovery_of(run.t, job.id).await?,
         )
     } else {
         (Vec::new(), None)
@@ -124,12 +136,17 @@ pub async fn generate(run: &mut Run<'_>) -> StoreResult<Generated> {
     let mut r = Runner {
         run,
         key,
-        resumed_until,
+        resumed_until: recovery.as_ref().and_then(|r| r.deadline),
     };
 
     // Rule 8: an output this job already stored means no new call.
     if let Some(done) = r.existing_output(&previous).await? {
         return Ok(done);
+    }
+    // Rule 12: a recovery does exactly the action decided, and nothing
+    // after it: it never goes on into the chain's new paid attempts.
+    if let Some(recovery) = recovery {
+        return r.recover(recovery.action, &previous).await;
     }
     // A finished attempt whose output never reached storage: fetch it again.
     if let Some(a) = previous
@@ -187,21 +204,35 @@ pub async fn generate(run: &mut Run<'_>) -> StoreResult<Generated> {
     r.chain(&chain, previous, after).await
 }
 
-/// When a reviewer's `resume_poll` that this run carries out gives up.
-async fn resumed_until(
+/// The reviewer's decision a run carries out: the job's record is
+/// `recovering` (this run's claim is the recovery's claim) under a decision
+/// with a recovery. `deadline` is when a `resume_poll` gives up.
+struct Recovery {
+    action: ReviewAction,
+    deadline: Option<DateTime<Utc>>,
+}
+
+async fn recovery_of(
     t: &crate::Tollgate,
     job: crate::model::JobId,
-) -> StoreResult<Option<DateTime<Utc>>> {
+) -> StoreResult<Option<Recovery>> {
     let Some(record) = t.store().parked_for_job(job).await? else {
         return Ok(None);
     };
+    if record.state != ParkedState::Recovering {
+        return Ok(None);
+    }
     Ok(t.store()
         .decisions(record.id)
         .await?
         .into_iter()
         .rfind(|d| d.round == record.round)
-        .and_then(|d| d.recovery)
-        .and_then(|r| r.deadline))
+        .and_then(|d| {
+            d.recovery.map(|r| Recovery {
+                action: d.action,
+                deadline: r.deadline,
+            })
+        }))
 }
 
 /// What recovering a dead run's attempts leaves for the chain.
@@ -467,13 +498,21 @@ impl Runner<'_, '_> {
                     };
                     let size = bytes.len() as u64;
                     let bytes = bytes::Bytes::from(bytes);
-                    let put = self
-                        .run
-                        .t
-                        .objects()
-                        .put_if_absent(&self.key, bytes.clone(), &meta)
-                        .await
-                        .map_err(internal)?;
+                    let put = match self.store_output(spec, &bytes, &meta).await {
+                        Stored::Put(put) => put,
+                        Stored::Released => return Ok(Generated::Released),
+                        Stored::Failed(why) => {
+                            return Ok(Generated::Parked(NewParked {
+                                deliveries: STORE_TRIES as i32,
+                                ..parked(
+                                    ParkedStage::DeliveryExhausted,
+                                    spec,
+                                    a,
+                                    json!({"reason": "The output was fetched from the provider, but our object store would not keep it.", "last_error": why}),
+                                )
+                            }))
+                        }
+                    };
                     if let PutOutcome::Created = put {
                         self.run.keep_stored_output(self.key.as_str(), bytes);
                     }
@@ -518,6 +557,39 @@ impl Runner<'_, '_> {
                 json!({"reason": "The output exists at the provider but could not be stored.", "last_error": last}),
             )
         }))
+    }
+
+    /// Writes the output at the job's key, put-if-absent, a bounded number
+    /// of times with backoff and jitter: our own store failing must not
+    /// send the run round again (each round downloads the output anew).
+    async fn store_output(
+        &mut self,
+        spec: &ModelSpec,
+        bytes: &bytes::Bytes,
+        meta: &NewObjectMeta,
+    ) -> Stored {
+        let mut delays = backoff(spec);
+        let mut last = String::new();
+        for n in 0..STORE_TRIES {
+            match self
+                .run
+                .t
+                .objects()
+                .put_if_absent(&self.key, bytes.clone(), meta)
+                .await
+            {
+                Ok(put) => return Stored::Put(put),
+                Err(e) => last = e.to_string(),
+            }
+            tracing::warn!(job = %self.run.job().id, tries = n + 1, error = %last, "storing an output failed");
+            if n + 1 < STORE_TRIES {
+                let d = delays.next().unwrap_or(spec.backoff_max);
+                if self.run.pause(d).await {
+                    return Stored::Released;
+                }
+            }
+        }
+        Stored::Failed(last)
     }
 
     /// Rule 7 (b): the provider accepted the attempt under this id; written
@@ -593,6 +665,26 @@ impl Runner<'_, '_> {
                             a,
                             json!({
                                 "reason": "The provider refused our credentials while we checked an accepted prediction; it may still be billed.",
+                                "last_error": e.message,
+                            }),
+                        )
+                    }))
+                }
+                // A reviewer resumed checks on an id the provider does not
+                // know (a mistyped reconcile, or one it forgot): back to the
+                // stage where the right one can be attached, at once.
+                Err(e) if e.class == ErrorClass::NotFound && self.resumed_until.is_some() => {
+                    return Ok(Attempted::Parked(NewParked {
+                        polls,
+                        provider_job_id: None,
+                        ..parked(
+                            ParkedStage::SubmissionUncertain,
+                            spec,
+                            a,
+                            json!({
+                                "reason": format!("The provider does not know the job {id} that status checks resumed for; find the prediction made under our idempotency key and reconcile again."),
+                                "unknown_provider_job_id": id,
+                                "idempotency_key": a.idempotency_key,
                                 "last_error": e.message,
                             }),
                         )
@@ -757,6 +849,119 @@ impl Runner<'_, '_> {
             Attempted::Parked(p) => Ok(Some(Generated::Parked(p))),
             Attempted::Released => Ok(Some(Generated::Released)),
         }
+    }
+
+    /// A reviewer's approved recovery, and only that: `resume_poll` polls
+    /// the accepted attempt; `retry_delivery` fetches and stores the output
+    /// of the attempt that made it. Whatever they learn ends the step or
+    /// parks the job again; no new paid call is ever made here.
+    async fn recover(
+        &mut self,
+        action: ReviewAction,
+        previous: &[Attempt],
+    ) -> StoreResult<Generated> {
+        match action {
+            ReviewAction::ResumePoll => {
+                let Some(a) = previous
+                    .iter()
+                    .rev()
+                    .find(|a| open(a) && a.provider_job_id.is_some())
+                else {
+                    return Ok(self.nothing_to_recover(
+                        ParkedStage::PollingExhausted,
+                        previous,
+                        "No accepted attempt is left to check on.",
+                    ));
+                };
+                let spec = match self.spec_of(a) {
+                    Ok(spec) => spec,
+                    Err(gone) => return Ok(Generated::Parked(*gone)),
+                };
+                let id = a.provider_job_id.clone().unwrap_or_default();
+                let attempted = self.follow(&spec, a, &id).await?;
+                self.conclude_resumed(&spec, a, attempted).await
+            }
+            ReviewAction::RetryDelivery => {
+                let Some(a) = previous
+                    .iter()
+                    .rev()
+                    .find(|a| a.state == AttemptState::Succeeded && a.provider_job_id.is_some())
+                else {
+                    return Ok(self.nothing_to_recover(
+                        ParkedStage::DeliveryExhausted,
+                        previous,
+                        "No attempt has an output at the provider to fetch again.",
+                    ));
+                };
+                match self.spec_of(a) {
+                    Ok(spec) => self.redeliver(&spec, a).await,
+                    Err(gone) => Ok(Generated::Parked(*gone)),
+                }
+            }
+            other => Err(internal(format!(
+                "{} is not a recovery a worker carries out",
+                other.as_str()
+            ))),
+        }
+    }
+
+    /// A recovery that found nothing to act on parks again, saying so.
+    fn nothing_to_recover(
+        &self,
+        stage: ParkedStage,
+        previous: &[Attempt],
+        reason: &str,
+    ) -> Generated {
+        let last = previous.last();
+        Generated::Parked(NewParked {
+            stage,
+            evidence: json!({"reason": reason}),
+            provider: last.map(|a| a.provider.clone()),
+            model: last.map(|a| a.model.clone()),
+            provider_job_id: last.and_then(|a| a.provider_job_id.clone()),
+            attempt_id: last.map(|a| a.id),
+            polls: 0,
+            deliveries: 0,
+        })
+    }
+
+    /// What a resumed poll learned. A success is delivered; a reported
+    /// failure or refusal parks in `generation_failed` with what was seen
+    /// (a new paid call needs a reviewer's `new_attempt`); anything else
+    /// parks where the follow left it.
+    async fn conclude_resumed(
+        &mut self,
+        spec: &ModelSpec,
+        a: &Attempt,
+        attempted: Attempted,
+    ) -> StoreResult<Generated> {
+        let e = match attempted {
+            Attempted::Failed(e) => e,
+            other => {
+                return Ok(self
+                    .conclude(spec, a, other)
+                    .await?
+                    .unwrap_or_else(|| internal_park(spec, a)))
+            }
+        };
+        let outcome = ended(
+            AttemptEnd::Failed,
+            Some(e.class.as_str()),
+            &e.message,
+            e.cost,
+            duration_ms(a),
+        );
+        self.run.defer(end(a.id, outcome));
+        Ok(Generated::Parked(parked(
+            ParkedStage::GenerationFailed,
+            spec,
+            a,
+            json!({
+                "reason": "The resumed status checks found the generation ended without an output; a new paid attempt needs a reviewer's decision.",
+                "error_class": e.class.as_str(),
+                "last_error": e.message,
+            }),
+        )))
     }
 
     /// Rules 7 and 11 (a): the attempt and its hold, in one unit with what
@@ -1002,6 +1207,18 @@ fn parked(stage: ParkedStage, spec: &ModelSpec, a: &Attempt, mut evidence: Value
         polls: 0,
         deliveries: 0,
     }
+}
+
+/// A recovery whose attempt concluded with nothing to say (a retryable
+/// failure never reaches here): it parks where a person can see it rather
+/// than going on.
+fn internal_park(spec: &ModelSpec, a: &Attempt) -> Generated {
+    Generated::Parked(parked(
+        ParkedStage::PollingExhausted,
+        spec,
+        a,
+        json!({"reason": "The resumed status checks ended without a final answer."}),
+    ))
 }
 
 /// Exponential delays with jitter, from the model's minimum to its maximum.

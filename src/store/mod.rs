@@ -781,6 +781,67 @@ impl Store {
     pub async fn settle_left_holds(&self) -> StoreResult<u64> {
         dispatch!(self, s => s.settle_left_holds().await)
     }
+
+    /// Retention: outputs of jobs that aged out (finished before `cutoff`,
+    /// no open record, the whole lineage finished before it too).
+    pub async fn expired_outputs(
+        &self,
+        cutoff: DateTime<Utc>,
+        limit: i64,
+    ) -> StoreResult<Vec<(JobId, String)>> {
+        dispatch!(self, s => s.expired_outputs(cutoff, limit).await)
+    }
+
+    pub async fn mark_output_purged(&self, job: JobId, at: DateTime<Utc>) -> StoreResult<bool> {
+        dispatch!(self, s => s.mark_output_purged(job, at).await)
+    }
+
+    /// Retention: uploads created before `cutoff`, not purged yet.
+    pub async fn expired_assets(
+        &self,
+        cutoff: DateTime<Utc>,
+        limit: i64,
+    ) -> StoreResult<Vec<Asset>> {
+        dispatch!(self, s => s.expired_assets(cutoff, limit).await)
+    }
+
+    /// Retention: requests of `user`'s jobs since `since` that must keep
+    /// what they name.
+    pub async fn kept_requests(
+        &self,
+        user: UserId,
+        since: DateTime<Utc>,
+        cutoff: DateTime<Utc>,
+    ) -> StoreResult<Vec<crate::model::JobRequest>> {
+        dispatch!(self, s => s.kept_requests(user, since, cutoff).await)
+    }
+
+    /// Retention: marks an upload purged; the object key to delete when no
+    /// kept upload shares it.
+    pub async fn mark_asset_purged(
+        &self,
+        asset: AssetId,
+        at: DateTime<Utc>,
+    ) -> StoreResult<Option<String>> {
+        dispatch!(self, s => s.mark_asset_purged(asset, at).await)
+    }
+
+    pub async fn purge_events(&self, cutoff: DateTime<Utc>, limit: i64) -> StoreResult<u64> {
+        dispatch!(self, s => s.purge_events(cutoff, limit).await)
+    }
+
+    pub async fn purge_evidence(
+        &self,
+        cutoff: DateTime<Utc>,
+        at: DateTime<Utc>,
+        limit: i64,
+    ) -> StoreResult<u64> {
+        dispatch!(self, s => s.purge_evidence(cutoff, at, limit).await)
+    }
+
+    pub async fn purge_deliveries(&self, cutoff: DateTime<Utc>, limit: i64) -> StoreResult<u64> {
+        dispatch!(self, s => s.purge_deliveries(cutoff, limit).await)
+    }
 }
 
 /// A connection idle at least this long is pinged before it is handed out.

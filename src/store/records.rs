@@ -120,6 +120,9 @@ pub struct Job {
     pub repair_of: Option<JobId>,
     /// A repair's instruction, as the person wrote it.
     pub instruction: Option<String>,
+    /// When retention removed its output (and so its lineage can no longer
+    /// be repaired).
+    pub media_purged_at: Option<DateTime<Utc>>,
 }
 
 impl Job {
@@ -504,7 +507,14 @@ pub struct Parked {
     /// The job's owner and state, for the queue.
     pub user_email: Email,
     pub job_status: JobStatus,
+    /// What one more attempt of the job is estimated to cost (a
+    /// `new_attempt` reserves this).
+    pub job_estimated_usd: Usd,
+    /// The request's fingerprint: the SHA-256 of its canonical body, as
+    /// stored with the job.
+    pub request_sha256: String,
     pub created_at: DateTime<Utc>,
+    /// When the record last changed: parked, reconciled, or observed again.
     pub updated_at: DateTime<Utc>,
 }
 
@@ -586,8 +596,9 @@ pub enum Decided {
     Existing(Decision),
     /// Another decision stands for this record.
     Conflict(Decision),
-    /// The record's stage does not permit the action.
-    NotAllowed(ParkedStage),
+    /// The record's stage does not permit the action (given its job's
+    /// status: a cancelled job has nothing left to run).
+    NotAllowed(ParkedStage, JobStatus),
     /// The job moved on meanwhile (it is no longer parked, or its attempt
     /// no longer waits for an id): nothing was written.
     Stale(String),

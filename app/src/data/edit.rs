@@ -133,7 +133,12 @@ pub(super) mod ssr {
         let mut sent = 0;
         // The terminal write carries the last step's record with it, so its
         // event is stored first; a person reads the ending last.
-        let ending = |k: &str| matches!(k, "succeeded" | "failed" | "cancelled" | "refunded");
+        let ending = |k: &str| {
+            matches!(
+                k,
+                "succeeded" | "failed" | "cancelled" | "refunded" | "cancelled_while_parked"
+            )
+        };
         let ordered = events
             .iter()
             .filter(|e| !ending(&e.kind))
@@ -216,7 +221,22 @@ pub(super) mod ssr {
                     "Waiting for a person to check it; nothing more is spent meanwhile.".into(),
                     "warn",
                 ),
-                "decision" => ("A reviewer decided what happens next.".into(), "plain"),
+                "decision" => (
+                    match s("action").as_str() {
+                        "reconcile" => "A reviewer found the provider's job for this edit.",
+                        "resume_poll" => "A reviewer asked us to check on it with the provider again.",
+                        "retry_delivery" => "A reviewer asked us to fetch the finished result again.",
+                        "accept_failure" => "A reviewer closed it as failed.",
+                        "new_attempt" => "A reviewer ordered a new attempt in its place.",
+                        _ => "A reviewer decided what happens next.",
+                    }
+                    .into(),
+                    "plain",
+                ),
+                "cancelled_while_parked" => (
+                    "Cancelled while it waited for a reviewer; a reviewer still settles what the provider may have charged.".into(),
+                    "plain",
+                ),
                 _ => continue,
             };
             out.push(StoryRow {

@@ -271,6 +271,9 @@ pub struct JobDetail {
     pub attempts: Vec<AttemptRow>,
     /// Why the job waits for a person, when it is parked.
     pub parked: Option<ParkedRow>,
+    /// How long its photos are kept, in words ("30 days after the edit and
+    /// its repairs finish"), or that they were removed.
+    pub kept: String,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -286,6 +289,9 @@ pub struct ParkedRow {
     pub decision: Option<String>,
     /// The edit a reviewer's new attempt made in this one's place.
     pub new_job: Option<String>,
+    /// Its owner cancelled it while it waited: refunded, and the record
+    /// stays only to settle what the provider may have charged.
+    pub cancelled: bool,
 }
 
 /// A reviewer's decision as the job's owner reads it.
@@ -469,10 +475,16 @@ pub async fn load_job_detail(id: String) -> Result<JobDetail, ServerFnError> {
                 since: p.created_at.format("%Y-%m-%d %H:%M:%S UTC").to_string(),
                 decision: decision.as_ref().map(|d| decided_in_words(d, p.state)),
                 new_job: decision.and_then(|d| d.new_job_id).map(|j| j.to_string()),
+                cancelled: job.status == tollgate::model::JobStatus::Cancelled,
             })
         }
     };
+    let kept = kept_words(
+        t.config().retention.media_days,
+        job.media_purged_at.is_some(),
+    );
     Ok(JobDetail {
+        kept,
         lineage,
         story,
         parked,
@@ -501,6 +513,17 @@ pub async fn load_job_detail(id: String) -> Result<JobDetail, ServerFnError> {
             })
             .collect(),
     })
+}
+
+/// The retention policy for a person's photos, in words.
+#[cfg(feature = "ssr")]
+fn kept_words(days: Option<u32>, purged: bool) -> String {
+    match (purged, days) {
+        (true, Some(d)) => format!("This edit's photos were removed {d} days after it finished, as this studio keeps them no longer."),
+        (true, None) => "This edit's photos were removed.".into(),
+        (false, Some(d)) => format!("Your photo and its results are kept for {d} days after this edit and its repairs finish, then removed."),
+        (false, None) => "Your photo and its results are kept until you or an admin remove them.".into(),
+    }
 }
 
 #[server]

@@ -86,12 +86,28 @@ pub struct ReviewQueue {
     pub matching_open: i64,
     /// Actions every matching open record's stage allows (for bulk).
     pub bulk_actions: Vec<(String, String)>,
+    /// What a bulk decision would cover, before it is confirmed.
+    pub bulk: BulkCosts,
     /// Models that have parked records, for the filter.
     pub models: Vec<String>,
     /// Unresolved submissions (submission_uncertain, open), and how many
     /// parked in the last hour: the banner's numbers.
     pub unresolved: i64,
     pub unresolved_last_hour: i64,
+}
+
+/// The money a bulk decision touches: each record's possible duplicate
+/// cost (what its job may already have cost), their sum, what new attempts
+/// of all of them would reserve, and today's room.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct BulkCosts {
+    /// (short record id, its job's possible duplicate cost in dollars).
+    pub records: Vec<(String, String)>,
+    pub exposure_total: String,
+    pub new_attempts_total: String,
+    pub day_room: String,
+    /// How many new attempts today's room holds, of `records.len()`.
+    pub new_attempts_fit: usize,
 }
 
 /// One action a record's stage permits, as a form shows it.
@@ -155,6 +171,10 @@ pub struct ReviewRecord {
     pub evidence: Vec<(String, String)>,
     pub evidence_json: String,
     pub provider_job_id: Option<String>,
+    /// The request's SHA-256, as stored with the job.
+    pub fingerprint: String,
+    /// When the record last changed or was observed.
+    pub observed: String,
     pub polls: i32,
     pub deliveries: i32,
     pub exposure: String,
@@ -245,7 +265,8 @@ pub async fn load_review_queue(filters: ReviewFilters) -> Result<ReviewQueue, Se
     };
     let (records, next) = t.parked_list(&query).await.map_err(fail)?;
     let counts = t.parked_counts().await.map_err(fail)?;
-    let matching = t.parked_matching(&query).await.map_err(fail)?;
+    let preview = t.bulk_preview(&query).await.map_err(fail)?;
+    let matching = &preview.records;
     let now = chrono::Utc::now();
     let stage_counts = ParkedStage::ALL
         .iter()
@@ -274,8 +295,8 @@ pub async fn load_review_queue(filters: ReviewFilters) -> Result<ReviewQueue, Se
         .collect();
     // The bulk form offers what every matching record's stage allows.
     let mut bulk: Option<Vec<tollgate::model::ReviewAction>> = None;
-    for r in &matching {
-        let allowed = r.stage.allows().to_vec();
+    for r in matching {
+        let allowed = r.stage.allows_for(r.job_status).to_vec();
         bulk = Some(match bulk {
             None => allowed,
             Some(b) => b.into_iter().filter(|a| allowed.contains(a)).collect(),
@@ -336,6 +357,16 @@ pub async fn load_review_queue(filters: ReviewFilters) -> Result<ReviewQueue, Se
             .into_iter()
             .map(|a| (a.as_str().to_string(), a.label().to_string()))
             .collect(),
+        bulk: BulkCosts {
+            records: matching
+                .iter()
+                .map(|r| (r.id.to_string()[..8].to_string(), r.exposure_usd.dollars()))
+                .collect(),
+            exposure_total: preview.exposure_total.dollars(),
+            new_attempts_total: preview.new_attempts_usd.dollars(),
+            day_room: preview.day_room_usd.dollars(),
+            new_attempts_fit: preview.new_attempts_fit,
+        },
         models,
         unresolved: unresolved.len() as i64,
         unresolved_last_hour: unresolved
@@ -397,6 +428,8 @@ pub async fn load_review_record(id: String) -> Result<ReviewRecord, ServerFnErro
         evidence,
         evidence_json: serde_json::to_string_pretty(e).unwrap_or_default(),
         provider_job_id: r.provider_job_id.clone(),
+        fingerprint: r.request_sha256.clone(),
+        observed: when(r.updated_at),
         polls: r.polls,
         deliveries: r.deliveries,
         exposure: r.exposure_usd.dollars(),
@@ -406,7 +439,7 @@ pub async fn load_review_record(id: String) -> Result<ReviewRecord, ServerFnErro
         age: age_words((now - r.created_at).num_seconds()),
         allowed: if r.state == tollgate::model::ParkedState::Open {
             r.stage
-                .allows()
+                .allows_for(r.job_status)
                 .iter()
                 .map(|a| ActionRow {
                     action: a.as_str().to_string(),

@@ -121,6 +121,7 @@ fn Detail(detail: JobDetail) -> impl IntoView {
         lineage,
         attempts,
         parked,
+        kept,
     } = detail;
     let detailed = !events.is_empty();
     let again = format!("/edits/new?from={}", job.id);
@@ -268,6 +269,7 @@ fn Detail(detail: JobDetail) -> impl IntoView {
                 {parked.map(|p| view! { <ParkedNotice parked=p /> })}
                 <h2 class="card-title">"What happened"</h2>
                 <Story rows=story />
+                <p class="small muted" data-testid="kept">{kept}</p>
                 <h2 class="card-title">"Provider attempts"</h2>
                 <AttemptList attempts=attempts />
                 {detailed.then(|| view! {
@@ -420,6 +422,18 @@ fn ParkedNotice(parked: ParkedRow) -> impl IntoView {
     let link = parked.new_job.clone().map(|j| {
         view! { <p class="small"><a href=format!("/edits/{j}") data-testid="new-attempt-link">"See the new attempt →"</a></p> }
     });
+    if parked.active && parked.cancelled {
+        return view! {
+            <div class="callout" data-testid="parked" role="status">
+                <strong>"Cancelled: your credits are back"</strong>
+                <p class="small">
+                    "The provider may already have done, and charged for, the work you cancelled. "
+                    "A reviewer still settles what it cost; nothing more happens to this edit, and you pay nothing more."
+                </p>
+            </div>
+        }
+        .into_any();
+    }
     if !parked.active && parked.decision.is_none() {
         // Cancelled while waiting: the status says enough.
         return ().into_any();

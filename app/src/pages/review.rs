@@ -248,6 +248,7 @@ fn BulkForm(q: ReviewQueue, filters: ReviewFilters) -> impl IntoView {
                 if count == 1 { "" } else { "s" },
                 if count == 1 { "es" } else { "" }
             )}</p>
+            <BulkMoney q=q.clone() />
             <form method="post" action="/review/bulk" class="form decision-form">
                 {hidden("stage", filters.stage.clone())}
                 {hidden("model", filters.model.clone())}
@@ -273,6 +274,54 @@ fn BulkForm(q: ReviewQueue, filters: ReviewFilters) -> impl IntoView {
                 <button type="submit" class="btn btn-primary" data-testid="bulk-submit">{format!("Apply to {count} record{}", if count == 1 { "" } else { "s" })}</button>
             </form>
         </section>
+    }
+}
+
+/// What a bulk decision touches in money, before it is confirmed: each
+/// record's possible duplicate cost and their sum, and for new attempts
+/// what they would reserve against today's room.
+#[component]
+fn BulkMoney(q: ReviewQueue) -> impl IntoView {
+    let b = q.bulk.clone();
+    let n = b.records.len();
+    let offers_new = q.bulk_actions.iter().any(|(a, _)| a == "new_attempt");
+    let rows = b
+        .records
+        .iter()
+        .map(|(id, exposure)| view! { <tr><td class="mono">{id.clone()}</td><td class="num">{exposure.clone()}</td></tr> })
+        .collect_view();
+    let fits = b.new_attempts_fit;
+    let room = offers_new.then(|| {
+        let tone = if fits < n { "callout warning" } else { "callout" };
+        view! {
+            <div class=tone data-testid="bulk-room">
+                <p class="small">{format!(
+                    "New attempts would reserve {} in all; today's budget has {} left, room for {fits} of {n}.",
+                    b.new_attempts_total, b.day_room
+                )}</p>
+                {(fits < n).then(|| view! { <p class="small"><strong>{format!(
+                    "Only the first {fits} would be started; the rest are skipped and stay in the queue."
+                )}</strong></p> })}
+            </div>
+        }
+    });
+    view! {
+        <div data-testid="bulk-costs">
+            <p class="small">{format!(
+                "What these jobs may already have cost (a new attempt may pay for that work again): {} in all.",
+                b.exposure_total
+            )}</p>
+            <details class="small">
+                <summary>{format!("Each record's possible duplicate cost ({n})")}</summary>
+                <div class="table-wrap">
+                    <table class="table">
+                        <thead><tr><th>"Record"</th><th class="num">"May have cost"</th></tr></thead>
+                        <tbody>{rows}</tbody>
+                    </table>
+                </div>
+            </details>
+            {room}
+        </div>
     }
 }
 
@@ -343,14 +392,16 @@ fn RecordView(r: ReviewRecord) -> impl IntoView {
             <section class="card" data-testid="evidence">
                 <h2 class="card-title">"What is known"</h2>
                 <p><strong>{r.known.clone()}</strong></p>
-                <p>{r.reason.clone()}</p>
-                {r.last_error.clone().map(|e| view! { <p class="small"><span class="muted">"The provider's last words: "</span><span class="mono">{e}</span></p> })}
+                <p><span class="muted">"Tollgate's reading: "</span>{r.reason.clone()}</p>
+                {r.last_error.clone().map(|e| view! { <p class="small"><span class="muted">"The last error seen (from the provider or our connection to it): "</span><span class="mono">{e}</span></p> })}
                 <dl class="facts">
                     <dt>"Job"</dt><dd class="mono small">{r.job_id.clone()}</dd>
                     <dt>"Owner"</dt><dd>{r.user.clone()}</dd>
                     <dt>"Job status"</dt><dd>{r.job_status.clone()}</dd>
                     <dt>"Provider job id"</dt><dd class="mono small">{r.provider_job_id.clone().unwrap_or_else(|| "not known".into())}</dd>
                     {evidence}
+                    <dt>"Request fingerprint"</dt><dd class="mono small" title="SHA-256 of the request's canonical body">{r.fingerprint.clone()}</dd>
+                    <dt>"Last observed"</dt><dd>{r.observed.clone()}</dd>
                     <dt>"Status checks"</dt><dd>{r.polls}</dd>
                     <dt>"Delivery tries"</dt><dd>{r.deliveries}</dd>
                 </dl>
@@ -453,7 +504,8 @@ fn ActionForm(record: String, action: ActionRow, exposure: String) -> impl IntoV
         "reconcile" => view! {
             <div class="field">
                 <label for="pjid">"Provider job id (found at the provider)"</label>
-                <input id="pjid" name="provider_job_id" type="text" required maxlength="200" class="mono" />
+                <input id="pjid" name="provider_job_id" type="text" required maxlength="200" class="mono" pattern="[A-Za-z0-9._\\-]+" />
+                <p class="small muted">"Find it in the provider's dashboard or request logs: the prediction made under this record's idempotency key, around the time it was sent (both under What is known). Tollgate asks the provider before it accepts the id."</p>
             </div>
         }
         .into_any(),

@@ -98,12 +98,15 @@ impl Backend {
     /// ended are settled from what their attempts recorded (the cost, or
     /// the hold when unknown), never by calling again. A terminal write
     /// settles them itself (the `jobs_ended` trigger), so this finds
-    /// nothing unless that was bypassed.
+    /// nothing unless that was bypassed. A job whose record still waits for
+    /// a reviewer (its owner cancelled it while parked) keeps its holds
+    /// until the decision (rule 12).
     pub async fn settle_left_holds(&self) -> StoreResult<u64> {
         let r = sqlx::query(
             "UPDATE attempts SET settled_usd = COALESCE(cost_usd, hold_usd) \
              WHERE hold_usd IS NOT NULL AND settled_usd IS NULL \
-               AND job_id IN (SELECT id FROM jobs WHERE status IN ('succeeded', 'failed', 'cancelled'))",
+               AND job_id IN (SELECT id FROM jobs WHERE status IN ('succeeded', 'failed', 'cancelled')) \
+               AND NOT EXISTS (SELECT 1 FROM parked p WHERE p.job_id = attempts.job_id AND p.state <> 'closed')",
         )
         .execute(&self.writer)
         .await?;

@@ -31,6 +31,16 @@ impl Backend {
         let row = match inserted {
             Some(r) => r,
             None => {
+                // Uploaded again after retention purged it: the caller has
+                // just stored the bytes again, so the asset is back.
+                sqlx::query(
+                    "UPDATE assets SET purged_at = NULL \
+                     WHERE user_id = $1 AND sha256 = $2 AND purged_at IS NOT NULL",
+                )
+                .bind(new.user_id.0)
+                .bind(&new.sha256)
+                .execute(&mut *tx)
+                .await?;
                 let sql = format!(
                     "SELECT {ASSET_COLUMNS} FROM assets WHERE user_id = $1 AND sha256 = $2"
                 );
@@ -49,7 +59,7 @@ impl Backend {
     /// What a person's uploads take in all.
     pub async fn asset_bytes_of(&self, user: UserId) -> StoreResult<u64> {
         let sum: Option<i64> =
-            sqlx::query_scalar("SELECT CAST(SUM(bytes) AS BIGINT) FROM assets WHERE user_id = $1")
+            sqlx::query_scalar("SELECT CAST(SUM(bytes) AS BIGINT) FROM assets WHERE user_id = $1 AND purged_at IS NULL")
                 .bind(user.0)
                 .fetch_one(&self.reader)
                 .await?;
@@ -57,7 +67,8 @@ impl Backend {
     }
 
     pub async fn asset(&self, id: AssetId) -> StoreResult<Option<Asset>> {
-        let sql = format!("SELECT {ASSET_COLUMNS} FROM assets WHERE id = $1");
+        // A purged upload is gone: its bytes were removed by retention.
+        let sql = format!("SELECT {ASSET_COLUMNS} FROM assets WHERE id = $1 AND purged_at IS NULL");
         let row = sqlx::query(&sql)
             .bind(id.0)
             .fetch_optional(&self.reader)
@@ -266,7 +277,8 @@ impl Backend {
     /// The stored output's key and content type, once the job succeeded.
     pub async fn job_output(&self, job: JobId) -> StoreResult<Option<(String, String)>> {
         let row = sqlx::query(
-            "SELECT output_key, output_content_type FROM jobs WHERE id = $1 AND output_key IS NOT NULL",
+            "SELECT output_key, output_content_type FROM jobs \
+             WHERE id = $1 AND output_key IS NOT NULL AND media_purged_at IS NULL",
         )
         .bind(job.0)
         .fetch_optional(&self.reader)

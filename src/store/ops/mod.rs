@@ -12,11 +12,13 @@ mod jobs;
 mod lineage;
 mod parked;
 mod reads;
+mod retention;
 mod spend;
 mod units;
 mod webhooks;
 
 use super::{Backend, Db};
+use crate::model::scrub;
 use crate::model::{
     ApiTokenId, AssetId, AttemptId, AttemptState, CostSource, Credits, DecisionId, Email, JobId,
     JobKind, JobRequest, JobStatus, LedgerEntryId, LedgerKind, ParkedId, ParkedState, Progress,
@@ -55,7 +57,7 @@ const ASSET_COLUMNS: &str =
     "id, user_id, sha256, content_type, width, height, bytes, object_key, created_at";
 const JOB_COLUMNS: &str = "id, user_id, kind, status, request, request_sha256, idempotency_key, \
      credits, estimated_usd, error, created_at, completed_at, output_content_type, review, progress, \
-     replaces, lineage_root, repair_of, instruction";
+     replaces, lineage_root, repair_of, instruction, media_purged_at";
 const ATTEMPT_COLUMNS: &str = "id, job_id, purpose, provider, endpoint, model, attempt_no, state, \
      idempotency_key, provider_job_id, error_class, error, duration_ms, usage, cost_usd, cost_source, \
      hold_usd, budget_day, settled_usd, started_at, finished_at";
@@ -63,7 +65,8 @@ const DAY_COLUMNS: &str =
     "day, cap_usd, used_usd, reserved_usd, halted, halted_reason, halted_by, halted_at";
 const PARKED_COLUMNS: &str = "p.id, p.job_id, p.stage, p.state, p.round, p.evidence, p.provider, \
      p.model, p.provider_job_id, p.attempt_id, p.polls, p.deliveries, p.created_at, p.updated_at, \
-     u.email AS user_email, j.status AS job_status, \
+     u.email AS user_email, j.status AS job_status, j.estimated_usd AS job_estimated_usd, \
+     j.request_sha256 AS request_sha256, \
      (SELECT sum(a.hold_usd) FROM attempts a WHERE a.job_id = p.job_id AND a.hold_usd IS NOT NULL \
       AND a.settled_usd IS NULL) AS hold_usd, \
      (SELECT COALESCE(sum(COALESCE(a.cost_usd, a.hold_usd)), 0) FROM attempts a \
@@ -167,6 +170,7 @@ fn job_from_row(row: &Row) -> StoreResult<Job> {
             .try_get::<Option<uuid::Uuid>, _>("repair_of")?
             .map(JobId),
         instruction: row.try_get("instruction")?,
+        media_purged_at: row.try_get("media_purged_at")?,
     })
 }
 
@@ -239,6 +243,8 @@ fn parked_from_row(r: &Row) -> StoreResult<Parked> {
         exposure_usd: r.try_get("exposure_usd")?,
         user_email: Email::from_stored(r.try_get("user_email")?),
         job_status: JobStatus::parse(&status).ok_or_else(|| corrupt(&status))?,
+        job_estimated_usd: r.try_get("job_estimated_usd")?,
+        request_sha256: r.try_get("request_sha256")?,
         created_at: r.try_get("created_at")?,
         updated_at: r.try_get("updated_at")?,
     })

@@ -165,7 +165,20 @@ impl Backend {
     /// again gets the first back, another one is a conflict.
     pub async fn decide(&self, d: &NewDecision) -> StoreResult<Decided> {
         let mut tx = self.writer.begin().await?;
-        let mut statements = 2u64;
+        let mut statements = 3u64;
+        // The job's row first, then the record's: the order every claim,
+        // park and cancel takes them in (the job's update, then its
+        // triggers' update of the record), so a decision racing a cancel
+        // waits instead of deadlocking.
+        let job_status: Option<String> = sqlx::query_scalar(concat!(
+            "SELECT status FROM jobs WHERE id = (SELECT job_id FROM parked WHERE id = $1) ",
+            for_update!()
+        ))
+        .bind(d.parked_id.0)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let job_status = job_status.ok_or(StoreError::NotFound)?;
+        let job_status = JobStatus::parse(&job_status).ok_or_else(|| corrupt(&job_status))?;
         let row = sqlx::query(concat!(
             "SELECT job_id, stage, state, round, attempt_id FROM parked WHERE id = $1 ",
             for_update!()
@@ -196,8 +209,8 @@ impl Backend {
             (_, Some(last)) => return Ok(Decided::Conflict(last)),
             (_, None) => return Ok(Decided::Closed),
         }
-        if !stage.allows().contains(&d.action) {
-            return Ok(Decided::NotAllowed(stage));
+        if !stage.allows_for(job_status).contains(&d.action) {
+            return Ok(Decided::NotAllowed(stage, job_status));
         }
 
         // What the original may already have cost: known costs, and the
@@ -230,197 +243,33 @@ impl Backend {
             .await?;
             statements += 1;
         }
-        let recovery_state = d.action.is_recovery().then_some(RecoveryState::Pending);
-        let inserted = sqlx::query(
-            "INSERT INTO parked_decisions (id, parked_id, round, action, evidence, reviewer, decided_at, \
-             refund, release_hold, provider_job_id, new_job_id, duplicate_cost_usd, recovery_state, \
-             recovery_deadline) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) \
-             ON CONFLICT (parked_id, round) DO NOTHING",
-        )
-        .bind(d.id.0)
-        .bind(d.parked_id.0)
-        .bind(round)
-        .bind(d.action.as_str())
-        .bind(&d.evidence)
-        .bind(d.reviewer.0)
-        .bind(d.decided_at)
-        .bind(d.refund)
-        .bind(d.release_hold)
-        .bind(&d.provider_job_id)
-        .bind(new_job.map(|n| n.0))
-        .bind(new_job.map(|_| exposure))
-        .bind(recovery_state.map(RecoveryState::as_str))
-        .bind(d.recovery_deadline)
-        .execute(&mut *tx)
-        .await?;
-        if inserted.rows_affected() == 0 {
+        if !insert_decision(&mut tx, d, round, new_job, exposure).await? {
             // The lock makes this unreachable; the index is the backstop.
             let last = latest_decision(&mut tx, d.parked_id)
                 .await?
                 .ok_or_else(|| corrupt("a decision round taken by nothing"))?;
             return Ok(Decided::Conflict(last));
         }
-
-        match d.action {
-            ReviewAction::Reconcile => {
-                let id = d.provider_job_id.as_deref().unwrap_or_default();
-                let moved = sqlx::query(
-                    "UPDATE attempts SET state = 'submitted', provider_job_id = $2 \
-                     WHERE id = $1 AND state = 'submitting'",
-                )
-                .bind(attempt)
-                .bind(id)
-                .execute(&mut *tx)
-                .await?;
-                if moved.rows_affected() == 0 {
-                    return Ok(Decided::Stale(
-                        "the attempt is no longer waiting for a provider job id".into(),
-                    ));
-                }
-                sqlx::query(
-                    "UPDATE parked SET stage = 'polling_exhausted', provider_job_id = $2, \
-                     round = round + 1, updated_at = $3, evidence = COALESCE($4, evidence) WHERE id = $1",
-                )
-                .bind(d.parked_id.0)
-                .bind(id)
-                .bind(d.decided_at)
-                .bind(d.reconciled_evidence.as_ref().map(Json))
-                .execute(&mut *tx)
-                .await?;
-                statements += 2;
-            }
+        let applied = match d.action {
+            ReviewAction::Reconcile => reconcile_in(&mut tx, d, attempt).await?,
             ReviewAction::ResumePoll | ReviewAction::RetryDelivery => {
-                let queued = sqlx::query(
-                    "UPDATE jobs SET status = 'queued' WHERE id = $1 AND status = 'parked'",
-                )
-                .bind(job.0)
-                .execute(&mut *tx)
-                .await?;
-                if queued.rows_affected() == 0 {
-                    return Ok(Decided::Stale("the job is no longer parked".into()));
-                }
-                sqlx::query("UPDATE parked SET state = 'decided', updated_at = $2 WHERE id = $1")
-                    .bind(d.parked_id.0)
-                    .bind(d.decided_at)
-                    .execute(&mut *tx)
-                    .await?;
-                statements += 2;
-                if let Some(ring) = super::super::RING {
-                    sqlx::query(ring)
-                        .bind(job.to_string())
-                        .execute(&mut *tx)
-                        .await?;
-                    statements += 1;
-                }
+                requeue_in(&mut tx, d, job).await?
+            }
+            ReviewAction::AcceptFailure if job_status == JobStatus::Cancelled => {
+                close_cancelled_in(&mut tx, d, job).await?
             }
             ReviewAction::AcceptFailure | ReviewAction::NewAttempt => {
-                // Attempts still open end now, their cost unknown.
-                sqlx::query(
-                    "UPDATE attempts SET state = 'failed', error_class = $2, error = $3, finished_at = $4 \
-                     WHERE job_id = $1 AND state IN ('submitting', 'submitted')",
-                )
-                .bind(job.0)
-                .bind(ABANDONED)
-                .bind("closed by a reviewer's decision; what it cost is unknown")
-                .bind(d.decided_at)
-                .execute(&mut *tx)
-                .await?;
-                if d.release_hold == Some(true) {
-                    // The reviewer found nothing was spent: the holds of
-                    // unknown costs are released (a known cost stays booked).
-                    sqlx::query(
-                        "UPDATE attempts SET settled_usd = COALESCE(cost_usd, 0) \
-                         WHERE job_id = $1 AND hold_usd IS NOT NULL AND settled_usd IS NULL",
-                    )
-                    .bind(job.0)
-                    .execute(&mut *tx)
-                    .await?;
-                    statements += 1;
-                }
-                // The terminal write (rule 9): its trigger settles every hold
-                // left at the estimate and closes the record.
-                let sql = format!(
-                    "UPDATE jobs SET status = 'failed', error = $2, completed_at = $3 \
-                     WHERE id = $1 AND status = 'parked' RETURNING {JOB_COLUMNS}"
-                );
-                let ended = sqlx::query(&sql)
-                    .bind(job.0)
-                    .bind(Json(d.failure.clone().unwrap_or_default()))
-                    .bind(d.decided_at)
-                    .fetch_optional(&mut *tx)
-                    .await?;
-                let Some(ended) = ended else {
-                    return Ok(Decided::Stale("the job is no longer parked".into()));
-                };
-                statements += 2;
-                // Rule 13: the failure is announced in the same transaction.
-                statements +=
-                    super::webhooks::write_outbox(&mut tx, &job_from_row(&ended)?, d.decided_at)
-                        .await?;
-                // new_attempt: the original is refunded and the new job
-                // charged the same, so the person pays once.
-                if d.refund == Some(true) || new_job.is_some() {
-                    super::jobs::refund_in(&mut tx, job, d.decided_at).await?;
-                    statements += 2;
-                }
-                if let Some(n) = new_job {
-                    sqlx::query(
-                        "INSERT INTO ledger (id, user_id, amount, kind, reference, actor_id, reason, created_at) \
-                         SELECT $1, user_id, -credits, 'debit', $2, $3, 'a new attempt ordered by a reviewer', $4 \
-                         FROM jobs WHERE id = $5",
-                    )
-                    .bind(uuid::Uuid::new_v4())
-                    .bind(format!("debit:job:{n}"))
-                    .bind(d.reviewer.0)
-                    .bind(d.decided_at)
-                    .bind(n.0)
-                    .execute(&mut *tx)
-                    .await?;
-                    insert_event(
-                        &mut tx,
-                        job,
-                        "new_attempt",
-                        &serde_json::json!({"job": n, "duplicate_cost_usd": exposure}),
-                        d.decided_at,
-                    )
-                    .await?;
-                    insert_event(
-                        &mut tx,
-                        n,
-                        "replaces",
-                        &serde_json::json!({"job": job, "duplicate_cost_usd": exposure}),
-                        d.decided_at,
-                    )
-                    .await?;
-                    statements += 3;
-                    if let Some(ring) = super::super::RING {
-                        sqlx::query(ring)
-                            .bind(n.to_string())
-                            .execute(&mut *tx)
-                            .await?;
-                        statements += 1;
-                    }
-                }
+                end_in(&mut tx, d, job, new_job, exposure).await?
             }
-        }
+        };
+        let Ok(n) = applied else {
+            return Ok(Decided::Stale(applied.unwrap_err()));
+        };
+        statements += n;
         let decision = latest_decision(&mut tx, d.parked_id)
             .await?
             .ok_or_else(|| corrupt("a decision that was not written"))?;
-        let mut detail = serde_json::json!({
-            "action": d.action.as_str(),
-            "reviewer": decision.reviewer_email.as_str(),
-            "evidence": d.evidence,
-            "round": round,
-        });
-        if let Some(r) = d.refund {
-            detail["refund"] = r.into();
-        }
-        if let Some(r) = d.release_hold {
-            detail["release_hold"] = r.into();
-        }
-        if let Some(id) = &d.provider_job_id {
-            detail["provider_job_id"] = id.as_str().into();
-        }
+        let detail = decision_detail(d, &decision.reviewer_email, round);
         insert_event(&mut tx, job, "decision", &detail, d.decided_at).await?;
         tx.commit().await?;
         self.committed(Purpose::Other, statements + 2);
@@ -435,7 +284,7 @@ impl Backend {
         text: &str,
         at: DateTime<Utc>,
     ) -> StoreResult<JobEvent> {
-        let detail = serde_json::json!({"text": text, "by": by.as_str()});
+        let detail = serde_json::json!({"text": scrub::text(text), "by": by.as_str()});
         let row = sqlx::query(
             "INSERT INTO job_events (job_id, kind, detail, created_at) \
              SELECT job_id, 'note', $2, $3 FROM parked WHERE id = $1 RETURNING id, job_id",
@@ -455,6 +304,262 @@ impl Backend {
             created_at: at,
         })
     }
+}
+
+/// The decision's row under the record's round; false when the round was
+/// taken (the unique index's backstop).
+async fn insert_decision(
+    conn: &mut Conn,
+    d: &NewDecision,
+    round: i32,
+    new_job: Option<JobId>,
+    exposure: crate::model::Usd,
+) -> StoreResult<bool> {
+    let recovery_state = d.action.is_recovery().then_some(RecoveryState::Pending);
+    let inserted = sqlx::query(
+        "INSERT INTO parked_decisions (id, parked_id, round, action, evidence, reviewer, decided_at, \
+         refund, release_hold, provider_job_id, new_job_id, duplicate_cost_usd, recovery_state, \
+         recovery_deadline) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) \
+         ON CONFLICT (parked_id, round) DO NOTHING",
+    )
+    .bind(d.id.0)
+    .bind(d.parked_id.0)
+    .bind(round)
+    .bind(d.action.as_str())
+    .bind(scrub::text(&d.evidence))
+    .bind(d.reviewer.0)
+    .bind(d.decided_at)
+    .bind(d.refund)
+    .bind(d.release_hold)
+    .bind(&d.provider_job_id)
+    .bind(new_job.map(|n| n.0))
+    .bind(new_job.map(|_| exposure))
+    .bind(recovery_state.map(RecoveryState::as_str))
+    .bind(d.recovery_deadline)
+    .execute(conn)
+    .await?;
+    Ok(inserted.rows_affected() == 1)
+}
+
+/// What one decision's application came to: the statements it took, or
+/// why the job moved on meanwhile (then nothing is committed).
+type AppliedDecision = Result<u64, String>;
+
+/// `reconcile`: the attempt gets the provider job id an investigation
+/// found, and the record moves to `polling_exhausted` in the next round.
+async fn reconcile_in(
+    conn: &mut Conn,
+    d: &NewDecision,
+    attempt: Option<uuid::Uuid>,
+) -> StoreResult<AppliedDecision> {
+    let id = d.provider_job_id.as_deref().unwrap_or_default();
+    let moved = sqlx::query(
+        "UPDATE attempts SET state = 'submitted', provider_job_id = $2 \
+         WHERE id = $1 AND state = 'submitting'",
+    )
+    .bind(attempt)
+    .bind(id)
+    .execute(&mut *conn)
+    .await?;
+    if moved.rows_affected() == 0 {
+        return Ok(Err(
+            "the attempt is no longer waiting for a provider job id".into(),
+        ));
+    }
+    sqlx::query(
+        "UPDATE parked SET stage = 'polling_exhausted', provider_job_id = $2, \
+         round = round + 1, updated_at = $3, evidence = COALESCE($4, evidence) WHERE id = $1",
+    )
+    .bind(d.parked_id.0)
+    .bind(id)
+    .bind(d.decided_at)
+    .bind(d.reconciled_evidence.as_ref().map(|e| Json(scrub::json(e))))
+    .execute(&mut *conn)
+    .await?;
+    Ok(Ok(2))
+}
+
+/// `resume_poll` and `retry_delivery`: the job is queued again; the claim
+/// that takes it is the recovery's claim (migration 0008's trigger).
+async fn requeue_in(conn: &mut Conn, d: &NewDecision, job: JobId) -> StoreResult<AppliedDecision> {
+    let queued =
+        sqlx::query("UPDATE jobs SET status = 'queued' WHERE id = $1 AND status = 'parked'")
+            .bind(job.0)
+            .execute(&mut *conn)
+            .await?;
+    if queued.rows_affected() == 0 {
+        return Ok(Err("the job is no longer parked".into()));
+    }
+    sqlx::query("UPDATE parked SET state = 'decided', updated_at = $2 WHERE id = $1")
+        .bind(d.parked_id.0)
+        .bind(d.decided_at)
+        .execute(&mut *conn)
+        .await?;
+    let mut statements = 2;
+    if let Some(ring) = super::super::RING {
+        sqlx::query(ring)
+            .bind(job.to_string())
+            .execute(&mut *conn)
+            .await?;
+        statements += 1;
+    }
+    Ok(Ok(statements))
+}
+
+/// Attempts still open end now, their cost unknown; with `release_hold`
+/// the reviewer found nothing was spent, so the holds of unknown costs are
+/// released (a known cost stays booked).
+async fn abandon_open_attempts(conn: &mut Conn, d: &NewDecision, job: JobId) -> StoreResult<u64> {
+    sqlx::query(
+        "UPDATE attempts SET state = 'failed', error_class = $2, error = $3, finished_at = $4 \
+         WHERE job_id = $1 AND state IN ('submitting', 'submitted')",
+    )
+    .bind(job.0)
+    .bind(ABANDONED)
+    .bind("closed by a reviewer's decision; what it cost is unknown")
+    .bind(d.decided_at)
+    .execute(&mut *conn)
+    .await?;
+    if d.release_hold != Some(true) {
+        return Ok(1);
+    }
+    sqlx::query(
+        "UPDATE attempts SET settled_usd = COALESCE(cost_usd, 0) \
+         WHERE job_id = $1 AND hold_usd IS NOT NULL AND settled_usd IS NULL",
+    )
+    .bind(job.0)
+    .execute(&mut *conn)
+    .await?;
+    Ok(2)
+}
+
+/// `accept_failure` on a job its owner cancelled while it was parked: the
+/// owner was refunded by the cancel and the job already ended, so the
+/// decision settles what the job still holds (at its cost, or at the
+/// estimate unless the hold is released) and closes the record.
+async fn close_cancelled_in(
+    conn: &mut Conn,
+    d: &NewDecision,
+    job: JobId,
+) -> StoreResult<AppliedDecision> {
+    let mut statements = abandon_open_attempts(conn, d, job).await?;
+    sqlx::query(
+        "UPDATE attempts SET settled_usd = COALESCE(cost_usd, hold_usd) \
+         WHERE job_id = $1 AND hold_usd IS NOT NULL AND settled_usd IS NULL",
+    )
+    .bind(job.0)
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query("UPDATE parked SET state = 'closed', updated_at = $2 WHERE id = $1")
+        .bind(d.parked_id.0)
+        .bind(d.decided_at)
+        .execute(&mut *conn)
+        .await?;
+    insert_event(
+        conn,
+        job,
+        "review_closed",
+        &serde_json::json!({"outcome": "cancelled"}),
+        d.decided_at,
+    )
+    .await?;
+    statements += 3;
+    Ok(Ok(statements))
+}
+
+/// `accept_failure` and `new_attempt` on a parked job: its terminal write
+/// (rule 9; its trigger settles every hold left at the estimate and closes
+/// the record), the outbox, the refund, and a new attempt's charge.
+async fn end_in(
+    conn: &mut Conn,
+    d: &NewDecision,
+    job: JobId,
+    new_job: Option<JobId>,
+    exposure: crate::model::Usd,
+) -> StoreResult<AppliedDecision> {
+    let mut statements = abandon_open_attempts(conn, d, job).await?;
+    let sql = format!(
+        "UPDATE jobs SET status = 'failed', error = $2, completed_at = $3 \
+         WHERE id = $1 AND status = 'parked' RETURNING {JOB_COLUMNS}"
+    );
+    let ended = sqlx::query(&sql)
+        .bind(job.0)
+        .bind(Json(d.failure.clone().unwrap_or_default()))
+        .bind(d.decided_at)
+        .fetch_optional(&mut *conn)
+        .await?;
+    let Some(ended) = ended else {
+        return Ok(Err("the job is no longer parked".into()));
+    };
+    statements += 1;
+    // Rule 13: the failure is announced in the same transaction.
+    statements += super::webhooks::write_outbox(conn, &job_from_row(&ended)?, d.decided_at).await?;
+    // new_attempt: the original is refunded and the new job charged the
+    // same, so the person pays once.
+    if d.refund == Some(true) || new_job.is_some() {
+        super::jobs::refund_in(conn, job, d.decided_at).await?;
+        statements += 2;
+    }
+    if let Some(n) = new_job {
+        statements += charge_new_attempt_in(conn, d, job, n, exposure).await?;
+    }
+    Ok(Ok(statements))
+}
+
+/// The new attempt's job is charged what the original was, and both
+/// timelines say what links them and what the original may have cost.
+async fn charge_new_attempt_in(
+    conn: &mut Conn,
+    d: &NewDecision,
+    job: JobId,
+    n: JobId,
+    exposure: crate::model::Usd,
+) -> StoreResult<u64> {
+    sqlx::query(
+        "INSERT INTO ledger (id, user_id, amount, kind, reference, actor_id, reason, created_at) \
+         SELECT $1, user_id, -credits, 'debit', $2, $3, 'a new attempt ordered by a reviewer', $4 \
+         FROM jobs WHERE id = $5",
+    )
+    .bind(uuid::Uuid::new_v4())
+    .bind(format!("debit:job:{n}"))
+    .bind(d.reviewer.0)
+    .bind(d.decided_at)
+    .bind(n.0)
+    .execute(&mut *conn)
+    .await?;
+    let detail = |other: JobId| serde_json::json!({"job": other, "duplicate_cost_usd": exposure});
+    insert_event(conn, job, "new_attempt", &detail(n), d.decided_at).await?;
+    insert_event(conn, n, "replaces", &detail(job), d.decided_at).await?;
+    let mut statements = 3;
+    if let Some(ring) = super::super::RING {
+        sqlx::query(ring)
+            .bind(n.to_string())
+            .execute(&mut *conn)
+            .await?;
+        statements += 1;
+    }
+    Ok(statements)
+}
+
+/// The decision on the job's timeline: what was decided, by whom and on
+/// what evidence (the owner's view of the timeline keeps only the action).
+fn decision_detail(d: &NewDecision, reviewer: &Email, round: i32) -> serde_json::Value {
+    let mut detail = serde_json::json!({
+        "action": d.action.as_str(),
+        "reviewer": reviewer.as_str(),
+        "evidence": scrub::text(&d.evidence),
+        "round": round,
+    });
+    if let Some(r) = d.refund {
+        detail["refund"] = r.into();
+    }
+    if let Some(r) = d.release_hold {
+        detail["release_hold"] = r.into();
+    }
+    if let Some(id) = &d.provider_job_id {
+        detail["provider_job_id"] = id.as_str().into();
+    }
+    detail
 }
 
 async fn latest_decision(conn: &mut Conn, parked: ParkedId) -> StoreResult<Option<Decision>> {

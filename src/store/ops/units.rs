@@ -647,7 +647,7 @@ async fn end_many(
             let q = col(q, r, |x| x.3.end.state().as_str());
             let q = col(q, r, |x| x.3.provider_job_id.as_deref());
             let q = col(q, r, |x| x.3.error_class.as_deref());
-            let q = col(q, r, |x| x.3.error.as_deref());
+            let q = col(q, r, |x| x.3.error.as_deref().map(scrub::text));
             let q = col(q, r, |x| x.3.duration_ms);
             let q = col(q, r, |x| x.3.usage.as_ref().map(Json));
             let q = col(q, r, |x| x.3.cost.map(|c| c.0));
@@ -794,7 +794,7 @@ async fn end_job(
             let Some(row) = sqlx::query(&sql)
                 .bind(job.0)
                 .bind(token)
-                .bind(Json(error))
+                .bind(Json(scrub::json(error)))
                 .bind(Utc::now())
                 .bind(progress)
                 .fetch_optional(&mut *conn)
@@ -826,16 +826,35 @@ async fn end_job(
             // A recovery that parks again returns its record to the queue in
             // the next round (its failure goes on the timeline); otherwise
             // the job gets its one new record.
+            // Back to `submission_uncertain` (a resumed poll the provider
+            // answered "no such job"): the id it was checked under was
+            // wrong, so the record and its attempt forget it, and a
+            // reconcile can attach the right one.
+            if p.stage == ParkedStage::SubmissionUncertain {
+                if let Some(a) = p.attempt_id {
+                    sqlx::query(
+                        "UPDATE attempts SET state = 'submitting', provider_job_id = NULL \
+                         WHERE id = $1 AND job_id = $2 AND state = 'submitted'",
+                    )
+                    .bind(a.0)
+                    .bind(job.0)
+                    .execute(&mut *conn)
+                    .await?;
+                    *statements += 1;
+                }
+            }
             let reopened = sqlx::query(
                 "UPDATE parked SET state = 'open', stage = $2, evidence = $3, \
                  provider = COALESCE($4, provider), model = COALESCE($5, model), \
-                 provider_job_id = COALESCE($6, provider_job_id), attempt_id = COALESCE($7, attempt_id), \
+                 provider_job_id = CASE WHEN $2 = 'submission_uncertain' THEN NULL \
+                                        ELSE COALESCE($6, provider_job_id) END, \
+                 attempt_id = COALESCE($7, attempt_id), \
                  polls = polls + $8, deliveries = deliveries + $9, round = round + 1, updated_at = $10 \
                  WHERE job_id = $1 AND state IN ('decided', 'recovering') RETURNING id, round",
             )
             .bind(job.0)
             .bind(p.stage.as_str())
-            .bind(Json(&p.evidence))
+            .bind(Json(scrub::json(&p.evidence)))
             .bind(&p.provider)
             .bind(&p.model)
             .bind(&p.provider_job_id)
@@ -872,7 +891,7 @@ async fn end_job(
                 .bind(uuid::Uuid::new_v4())
                 .bind(job.0)
                 .bind(p.stage.as_str())
-                .bind(Json(&p.evidence))
+                .bind(Json(scrub::json(&p.evidence)))
                 .bind(&p.provider)
                 .bind(&p.model)
                 .bind(&p.provider_job_id)
@@ -919,7 +938,11 @@ async fn insert_events(conn: &mut Conn, events: &[Event]) -> StoreResult<u64> {
         }
         let mut q = sqlx::query(&sql).persistent(false);
         for e in chunk {
-            q = q.bind(e.job.0).bind(&e.kind).bind(Json(&e.detail)).bind(at);
+            q = q
+                .bind(e.job.0)
+                .bind(&e.kind)
+                .bind(Json(scrub::json(&e.detail)))
+                .bind(at);
         }
         q.execute(&mut *conn).await?;
         statements += 1;
