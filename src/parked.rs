@@ -10,7 +10,8 @@ use crate::model::{
 };
 use crate::providers::{ErrorClass, Poll};
 use crate::store::{
-    Attempt, Decided, Decision, JobEvent, NewDecision, Parked, ParkedCount, ParkedFilter, User,
+    Attempt, Decided, Decision, JobEvent, NewDecision, Parked, ParkedCount, ParkedCursor,
+    ParkedFilter, ParkedSort, User,
 };
 use crate::Tollgate;
 use base64::Engine as _;
@@ -32,6 +33,8 @@ pub struct ParkedQuery {
     pub min_age_s: Option<i64>,
     pub cursor: Option<String>,
     pub limit: Option<i64>,
+    /// `age` (oldest first, the default) or `exposure` (most first).
+    pub sort: Option<String>,
 }
 
 /// What a reviewer decides, as sent.
@@ -133,29 +136,58 @@ fn parse_state(raw: Option<&str>) -> Result<Option<ParkedState>> {
         .transpose()
 }
 
-fn encode_cursor(p: &Parked) -> String {
-    let raw = format!(
+fn parse_sort(raw: Option<&str>) -> Result<ParkedSort> {
+    match raw.filter(|s| !s.is_empty()) {
+        None | Some("age") => Ok(ParkedSort::Age),
+        Some("exposure") => Ok(ParkedSort::Exposure),
+        Some(_) => Err(Error::invalid("sort", "must be age or exposure")),
+    }
+}
+
+/// `created_at|id`, or `created_at|id|exposure micros` in the exposure sort.
+fn encode_cursor(p: &Parked, sort: ParkedSort) -> String {
+    let mut raw = format!(
         "{}|{}",
         p.created_at
             .to_rfc3339_opts(chrono::SecondsFormat::Nanos, true),
         p.id
     );
+    if sort == ParkedSort::Exposure {
+        raw += &format!("|{}", p.exposure_usd.micros().unwrap_or(i64::MAX));
+    }
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw)
 }
 
-fn decode_cursor(c: &str) -> Result<(DateTime<Utc>, ParkedId)> {
-    let bad = || Error::invalid("cursor", "is not a cursor returned by this API");
+fn decode_cursor(c: &str, sort: ParkedSort) -> Result<ParkedCursor> {
+    let bad = || {
+        Error::invalid(
+            "cursor",
+            "is not a cursor returned by this API for this sort",
+        )
+    };
     let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
         .decode(c)
         .map_err(|_| bad())?;
     let raw = String::from_utf8(raw).map_err(|_| bad())?;
-    let (at, id) = raw.split_once('|').ok_or_else(bad)?;
-    Ok((
-        DateTime::parse_from_rfc3339(at)
+    let mut parts = raw.split('|');
+    let (Some(at), Some(id)) = (parts.next(), parts.next()) else {
+        return Err(bad());
+    };
+    let exposure_usd = match (sort, parts.next()) {
+        (ParkedSort::Exposure, Some(e)) => Some(Usd::from_micros(e.parse().map_err(|_| bad())?)),
+        (ParkedSort::Age, None) => None,
+        _ => return Err(bad()),
+    };
+    if parts.next().is_some() {
+        return Err(bad());
+    }
+    Ok(ParkedCursor {
+        exposure_usd,
+        created_at: DateTime::parse_from_rfc3339(at)
             .map_err(|_| bad())?
             .with_timezone(&Utc),
-        id.parse().map_err(|_| bad())?,
-    ))
+        id: id.parse().map_err(|_| bad())?,
+    })
 }
 
 fn filter_of(q: &ParkedQuery, limit: i64) -> Result<ParkedFilter> {
@@ -169,6 +201,7 @@ fn filter_of(q: &ParkedQuery, limit: i64) -> Result<ParkedFilter> {
         ));
     }
     let model = q.model.clone().filter(|m| !m.is_empty());
+    let sort = parse_sort(q.sort.as_deref())?;
     if model.as_ref().is_some_and(|m| m.len() > 200) {
         return Err(Error::invalid("model", "at most 200 characters"));
     }
@@ -177,19 +210,21 @@ fn filter_of(q: &ParkedQuery, limit: i64) -> Result<ParkedFilter> {
         state: parse_state(q.state.as_deref())?,
         model,
         parked_before: min_age.map(|s| Utc::now() - chrono::Duration::seconds(s)),
+        sort,
         after: q
             .cursor
             .as_deref()
             .filter(|c| !c.is_empty())
-            .map(decode_cursor)
+            .map(|c| decode_cursor(c, sort))
             .transpose()?,
         limit,
     })
 }
 
 impl Tollgate {
-    /// The queue: records that are not closed (or of one state), oldest
-    /// first, a page at a time; the next page's cursor when there is one.
+    /// The queue: records that are not closed (or of one state), oldest or
+    /// most exposed first, a page at a time; the next page's cursor when
+    /// there is one.
     pub async fn parked_list(&self, q: &ParkedQuery) -> Result<(Vec<Parked>, Option<String>)> {
         let limit = q.limit.unwrap_or(50);
         if !(1..=PARKED_PAGE_MAX).contains(&limit) {
@@ -198,10 +233,11 @@ impl Tollgate {
                 format!("must be 1 to {PARKED_PAGE_MAX}"),
             ));
         }
-        let mut list = self.store().list_parked(&filter_of(q, limit + 1)?).await?;
+        let filter = filter_of(q, limit + 1)?;
+        let mut list = self.store().list_parked(&filter).await?;
         let next = if list.len() as i64 > limit {
             list.truncate(limit as usize);
-            list.last().map(encode_cursor)
+            list.last().map(|p| encode_cursor(p, filter.sort))
         } else {
             None
         };

@@ -47,6 +47,8 @@ both_backends!(
     a_store_that_will_not_keep_the_output_parks_it_for_delivery,
     a_recovery_does_exactly_the_action_decided,
     evidence_is_sanitised_where_it_is_written,
+    the_queue_sorts_by_exposure_and_pages_through_it,
+    bulk_new_attempts_show_their_costs_and_stop_where_the_day_has_no_room,
 );
 
 fn usd(s: &str) -> Usd {
@@ -95,6 +97,17 @@ async fn balance(db: &TestDb, u: &User) -> Credits {
 /// written with its hold (sent, for every stage but submission_uncertain),
 /// then the park.
 async fn parked_job(db: &TestDb, owner: &User, key: &str, stage: ParkedStage) -> (JobId, Parked) {
+    parked_job_holding(db, owner, key, stage, "0.04").await
+}
+
+/// `parked_job` with a hold of `hold` dollars on its attempt.
+async fn parked_job_holding(
+    db: &TestDb,
+    owner: &User,
+    key: &str,
+    stage: ParkedStage,
+    hold: &str,
+) -> (JobId, Parked) {
     let t = &db.tollgate;
     let body = json!({"kind": "video", "prompt": key, "duration_s": 2, "resolution": "720p"});
     let job = t.submit_job(owner, Some(key), &body).await.unwrap().job;
@@ -111,7 +124,7 @@ async fn parked_job(db: &TestDb, owner: &User, key: &str, stage: ParkedStage) ->
         idempotency_key: format!("{}:1", job.id),
         hold: Some(Hold {
             day: Utc::now().date_naive(),
-            amount: usd("0.04"),
+            amount: usd(hold),
             default_cap: usd("50"),
         }),
         started_at: Utc::now(),
@@ -1913,4 +1926,126 @@ async fn evidence_is_sanitised_where_it_is_written(db: TestDb) {
         stored.contains("https://bucket.s3.example.com/out/x.png"),
         "the words stay: {stored}"
     );
+}
+
+/// Issue 27, 4: the queue can be ordered by what may already have been
+/// spent, most first, and paged through in that order.
+async fn the_queue_sorts_by_exposure_and_pages_through_it(db: TestDb) {
+    let p = people(&db).await;
+    let t = &db.tollgate;
+    let mut made = Vec::new();
+    for (key, hold) in [
+        ("e1", "0.02"),
+        ("e2", "0.30"),
+        ("e3", "0.05"),
+        ("e4", "0.30"),
+        ("e5", "0.11"),
+    ] {
+        made.push((
+            parked_job_holding(&db, &p.owner, key, ParkedStage::PollingExhausted, hold)
+                .await
+                .1
+                .id,
+            hold,
+        ));
+    }
+    let mut seen = Vec::new();
+    let mut cursor = None;
+    loop {
+        let (page, next) = t
+            .parked_list(&tollgate::parked::ParkedQuery {
+                sort: Some("exposure".into()),
+                limit: Some(2),
+                cursor: cursor.clone(),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        seen.extend(page.iter().map(|r| (r.id, r.exposure_usd)));
+        match next {
+            Some(n) => cursor = Some(n),
+            None => break,
+        }
+    }
+    let exposures: Vec<Usd> = seen.iter().map(|(_, e)| *e).collect();
+    let expected: Vec<Usd> = ["0.30", "0.30", "0.11", "0.05", "0.02"]
+        .into_iter()
+        .map(usd)
+        .collect();
+    assert_eq!(exposures, expected, "most first, every record once");
+    // Ties keep the queue's order: the older first.
+    assert_eq!(seen[0].0, made[1].0);
+    assert_eq!(seen[1].0, made[3].0);
+    // A cursor of one order is refused by the other.
+    let (_, next) = t
+        .parked_list(&tollgate::parked::ParkedQuery {
+            limit: Some(2),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let e = t
+        .parked_list(&tollgate::parked::ParkedQuery {
+            sort: Some("exposure".into()),
+            cursor: next,
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), "INVALID_REQUEST");
+    let e = t
+        .parked_list(&tollgate::parked::ParkedQuery {
+            sort: Some("price".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), "INVALID_REQUEST");
+}
+
+/// Issue 27, 3: a bulk decision shows each record's possible duplicate cost,
+/// the total and today's room before it is confirmed, and starts no more
+/// new attempts than the day can hold; each record decided gets its own
+/// decision and new job.
+async fn bulk_new_attempts_show_their_costs_and_stop_where_the_day_has_no_room(db: TestDb) {
+    let p = people(&db).await;
+    let t = &db.tollgate;
+    let (_, a) =
+        parked_job_holding(&db, &p.owner, "b1", ParkedStage::GenerationFailed, "0.04").await;
+    let (_, b) =
+        parked_job_holding(&db, &p.owner, "b2", ParkedStage::GenerationFailed, "0.06").await;
+    let today = Utc::now().date_naive();
+    let day = t.budget(today).await.unwrap();
+    // Room for one new attempt, and a millionth of a dollar more.
+    let each = a.job_estimated_usd;
+    let cap = day
+        .used_usd
+        .plus(day.reserved_usd)
+        .plus(each)
+        .plus(usd("0.000001"));
+    t.set_daily_cap(today, &cap.decimal().to_string(), Some(p.other_reviewer.id))
+        .await
+        .unwrap();
+    let q = tollgate::parked::ParkedQuery {
+        stage: Some("generation_failed".into()),
+        ..Default::default()
+    };
+    let preview = t.bulk_preview(&q).await.unwrap();
+    assert_eq!(preview.records.len(), 2);
+    assert_eq!(preview.exposure_total, usd("0.10"));
+    assert_eq!(preview.new_attempts_usd, each.plus(b.job_estimated_usd));
+    assert_eq!(preview.new_attempts_fit, 1);
+    let out = t
+        .decide_bulk(&p.reviewer, &q, &decision("new_attempt"))
+        .await
+        .unwrap();
+    assert_eq!(out.decided.len(), 1, "{out:?}");
+    assert_eq!(out.skipped.len(), 1);
+    assert!(out.skipped[0].1.contains("room"), "{:?}", out.skipped);
+    let (decided, d) = &out.decided[0];
+    assert_eq!(*decided, a.id, "the oldest first");
+    assert!(d.new_job_id.is_some());
+    assert_eq!(d.duplicate_cost_usd, Some(usd("0.04")));
+    let left = db.store().parked(b.id).await.unwrap().unwrap();
+    assert_eq!(left.state, ParkedState::Open, "still in the queue");
 }

@@ -548,10 +548,13 @@ async fn internal_urls_are_refused_and_never_called(db: TestDb) {
     let (_, token) = db.tollgate.create_api_token(&u, "t").await.unwrap();
     let base = db.serve_api().await;
     let http = reqwest::Client::new();
+    let mut refusals = Vec::new();
     for url in [
         r.url.clone(),
         r.url.replace("http://", "https://"),
-        r.url.replace("127.0.0.1", "localhost"),
+        r.url
+            .replace("127.0.0.1", "localhost")
+            .replace("http://", "https://"),
         "https://[::1]/hook".into(),
         "https://[::ffff:127.0.0.1]/hook".into(),
         "https://0x7f000001/hook".into(),
@@ -560,6 +563,7 @@ async fn internal_urls_are_refused_and_never_called(db: TestDb) {
         "https://100.64.0.1/hook".into(),
         "https://user:pw@example.com/hook".into(),
         "ftp://example.com/hook".into(),
+        "https://no-such-host.invalid/hook".into(),
     ] {
         let res = http
             .post(format!("{base}/v1/webhook-endpoints"))
@@ -571,6 +575,20 @@ async fn internal_urls_are_refused_and_never_called(db: TestDb) {
         assert_eq!(res.status(), StatusCode::UNPROCESSABLE_ENTITY, "{url}");
         let v: Value = res.json().await.unwrap();
         assert_eq!(v["error"]["code"], "INVALID_REQUEST", "{url}");
+        // No oracle: the answer names no address, and an internal name
+        // reads like one that does not resolve at all.
+        let said = v.to_string();
+        for word in ["loopback", "private", "link-local", "resolves", "shared"] {
+            assert!(!said.contains(word), "{url}: {said}");
+        }
+        if url.contains("localhost") {
+            assert!(!said.contains("127.0.0.1"), "{url}: {said}");
+            let unknown = said.replace("localhost", "no-such-host.invalid");
+            refusals.push(unknown);
+        }
+        if url.contains(".invalid") {
+            refusals.push(said.clone());
+        }
         // A job's own webhook_url is refused the same way.
         let res = http
             .post(format!("{base}/v1/jobs"))
@@ -582,6 +600,11 @@ async fn internal_urls_are_refused_and_never_called(db: TestDb) {
             .unwrap();
         assert_eq!(res.status(), StatusCode::UNPROCESSABLE_ENTITY, "job {url}");
     }
+    assert_eq!(refusals.len(), 2);
+    assert_eq!(
+        refusals[0], refusals[1],
+        "an internal name reads as one that does not resolve"
+    );
     let res = http
         .post(format!("{base}/v1/webhook-endpoints"))
         .bearer_auth(&token)

@@ -27,6 +27,8 @@ async function signIn(page, who) {
 
 test.describe.serial('review', () => {
   let jobId;
+  let cancelledId;
+  let paidBefore;
 
   test('an admin adds a reviewer', async ({ page }) => {
     await signIn(page, ADMIN);
@@ -156,19 +158,33 @@ test.describe.serial('review', () => {
     await expect(page.getByTestId('parked')).toContainText('A reviewer still settles what it cost');
     await expect(page.getByTestId('parked')).not.toContainText('judge@studio.test');
     await shot(page, '46-edit-cancelled-while-parked');
+    cancelledId = cancelled;
+  });
 
+  test('the record of a cancelled job stays in the queue, with only what can still be decided', async ({ page }) => {
     await signIn(page, REVIEWER);
     await page.goto('/review?stage=submission_uncertain');
-    const row = page.getByTestId('queue-row').filter({ hasText: cancelled.slice(0, 8) });
+    const row = page.getByTestId('queue-row').filter({ hasText: cancelledId.slice(0, 8) });
     await expect(row).toHaveCount(1);
     await row.getByRole('link', { name: 'Open' }).click();
     await expect(page.getByTestId('action-reconcile')).toBeVisible();
     await expect(page.getByTestId('action-accept_failure')).toBeVisible();
+    await expect(page.getByTestId('action-resume_poll')).toHaveCount(0);
     await expect(page.getByTestId('evidence')).toContainText('Request fingerprint');
+    await expect(page.getByTestId('evidence')).toContainText('Job status');
+    const accept = page.getByTestId('action-accept_failure');
+    await expect(accept).toContainText('got the credits back then');
+    await expect(accept.getByLabel('Keep the credits (the provider may have been paid)')).toHaveCount(0);
     await shot(page, '47-review-cancelled-record');
+    // Its decision closes it: the hold is booked at the estimate.
+    await accept.getByLabel('Keep the hold booked at the estimate').check();
+    await accept.getByLabel('Evidence (required)').fill('The provider billed the lost call; the owner had cancelled.');
+    await accept.getByRole('button', { name: 'Accept the failure' }).click();
+    await expect(page.getByTestId('record-state')).toContainText('Closed');
+    await expect(page.getByTestId('decisions')).toContainText(REVIEWER.email);
   });
 
-  test('a bulk new attempt shows each duplicate cost, the total and the day\'s room before it is confirmed', async ({ page, baseURL, request }) => {
+  test('failed generations park for a reviewer where the model says so', async ({ page, baseURL, request }) => {
     const scripted = await request.post(`${MOCK}/_mock/script`, { data: { next: ['fail', 'fail'] } });
     expect(scripted.ok()).toBeTruthy();
     await signIn(page, PAINTER);
@@ -187,8 +203,11 @@ test.describe.serial('review', () => {
         expect(j.status).toBe('parked');
       }).toPass({ timeout: 30_000 });
     }
-    const before = (await (await request.get(`${MOCK}/_mock/stats`)).json()).paid_predictions;
+    paidBefore = (await (await request.get(`${MOCK}/_mock/stats`)).json()).paid_predictions;
+  });
 
+  test('a bulk new attempt shows each duplicate cost, the total and the day\'s room, and starts what it confirmed', async ({ page, request }) => {
+    const before = paidBefore;
     await signIn(page, REVIEWER);
     await page.goto('/review?stage=generation_failed');
     const bulk = page.getByTestId('bulk');

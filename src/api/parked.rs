@@ -215,9 +215,13 @@ struct ParkedListQuery {
     /// Records a page (1 to 100; 50 when absent).
     #[param(minimum = 1, maximum = 100)]
     limit: Option<i64>,
-    /// `next_cursor` of the previous page.
+    /// `next_cursor` of the previous page (of the same sort).
     #[param(max_length = 200)]
     cursor: Option<String>,
+    /// `age` (oldest first, the default) or `exposure` (what may already
+    /// have been spent, most first).
+    #[param(pattern = "^(age|exposure)$")]
+    sort: Option<String>,
 }
 
 /// The reviewer queue: parked records, oldest first.
@@ -251,6 +255,7 @@ async fn list_parked(
             min_age_s: q.min_age_s,
             cursor: q.cursor,
             limit: q.limit,
+            sort: q.sort,
         })
         .await?;
     let mut data = Vec::with_capacity(records.len());

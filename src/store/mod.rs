@@ -18,7 +18,8 @@ pub use records::{
     BudgetChangeKind, BudgetChangeListed, BudgetDay, Claim, Decided, Decision, Exposure, Finish,
     Hold, Job, JobCursor, JobEvent, JobFilter, LedgerEntry, MetricsSnapshot, NewApiToken, NewAsset,
     NewAttempt, NewDecision, NewJob, NewLedgerEntry, NewParked, NewRepair, NewUser, Op, Parked,
-    ParkedCount, ParkedFilter, ParkedStage, Purpose, Recovery, SpendRow, Submitted, Unit, User,
+    ParkedCount, ParkedCursor, ParkedFilter, ParkedSort, ParkedStage, Purpose, Recovery, SpendRow,
+    Submitted, Unit, User,
 };
 pub use records::{
     ClaimedDelivery, Delivery, DeliveryFilter, DeliveryOutcome, NewWebhookEndpoint,

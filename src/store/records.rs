@@ -527,9 +527,30 @@ pub struct ParkedFilter {
     pub model: Option<String>,
     /// Only records parked before this time.
     pub parked_before: Option<DateTime<Utc>>,
-    /// Where a page starts: after this (created_at, id).
-    pub after: Option<(DateTime<Utc>, ParkedId)>,
+    /// Oldest first (the default), or most exposed first.
+    pub sort: ParkedSort,
+    /// Where a page starts: after this record in the sort's order.
+    pub after: Option<ParkedCursor>,
     pub limit: i64,
+}
+
+/// How the queue is ordered.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ParkedSort {
+    /// Oldest first: who has waited longest.
+    #[default]
+    Age,
+    /// What may already have been spent, most first (ties oldest first).
+    Exposure,
+}
+
+/// The last record of a page, in the sort's terms.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ParkedCursor {
+    /// Only for `ParkedSort::Exposure`.
+    pub exposure_usd: Option<Usd>,
+    pub created_at: DateTime<Utc>,
+    pub id: ParkedId,
 }
 
 /// A reviewer's decision on a parked record (rule 12).

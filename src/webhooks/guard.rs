@@ -22,14 +22,27 @@ pub const URL_LEN_MAX: usize = 2000;
 pub enum Refused {
     #[error("{0}")]
     Url(String),
-    #[error("{host} resolves to {addr}, which is {why}; only public addresses may be called")]
+    /// Which address, and why it is internal, are kept for the server's
+    /// own log: the caller is told neither (nor whether the name resolved
+    /// at all), so the guard answers no questions about a network it
+    /// protects.
+    #[error("{} cannot be called: {REFUSED_HOST}", host_of(.host))]
     Internal {
         host: String,
         addr: IpAddr,
         why: &'static str,
     },
-    #[error("{0} does not resolve")]
+    #[error("{} cannot be called: {REFUSED_HOST}", host_of(.0))]
     Unresolved(String),
+}
+
+/// The one reason given for a host that is internal or does not resolve.
+const REFUSED_HOST: &str =
+    "webhooks reach only hosts with public addresses (or the networks in TOLLGATE_WEBHOOK_ALLOW_NETWORKS)";
+
+/// A host as the refusal names it: the name the caller gave, shortened.
+fn host_of(host: &str) -> String {
+    host.chars().take(255).collect()
 }
 
 /// What an address is, when it is not a public unicast address.

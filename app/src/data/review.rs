@@ -17,6 +17,8 @@ pub struct ReviewFilters {
     pub model: Option<String>,
     /// Only records parked at least this long ago: `1h`, `1d`, `7d`.
     pub age: Option<String>,
+    /// `exposure`: most possibly spent first; none: oldest first.
+    pub sort: Option<String>,
     pub cursor: Option<String>,
 }
 
@@ -29,6 +31,7 @@ impl ReviewFilters {
             ("state", &self.state),
             ("model", &self.model),
             ("age", &self.age),
+            ("sort", &self.sort),
         ] {
             if let Some(v) = v.as_ref().filter(|v| !v.is_empty()) {
                 parts.push(format!("{k}={}", urlencoding::encode(v)));
@@ -159,6 +162,8 @@ pub struct ReviewRecord {
     pub id: String,
     pub job_id: String,
     pub job_status: String,
+    /// Its owner cancelled it while it was parked (and was refunded then).
+    pub job_cancelled: bool,
     pub user: String,
     pub stage: String,
     pub stage_label: String,
@@ -262,6 +267,7 @@ pub async fn load_review_queue(filters: ReviewFilters) -> Result<ReviewQueue, Se
         min_age_s: filters.min_age_s(),
         cursor: filters.cursor.clone().filter(|s| !s.is_empty()),
         limit: Some(50),
+        sort: filters.sort.clone().filter(|s| !s.is_empty()),
     };
     let (records, next) = t.parked_list(&query).await.map_err(fail)?;
     let counts = t.parked_counts().await.map_err(fail)?;
@@ -417,6 +423,7 @@ pub async fn load_review_record(id: String) -> Result<ReviewRecord, ServerFnErro
         id: r.id.to_string(),
         job_id: r.job_id.to_string(),
         job_status: r.job_status.label().to_string(),
+        job_cancelled: r.job_status == tollgate::model::JobStatus::Cancelled,
         user: r.user_email.as_str().to_string(),
         stage: r.stage.as_str().to_string(),
         stage_label: r.stage.label().to_string(),

@@ -41,6 +41,7 @@ fn filters_from_url() -> ReviewFilters {
         state: get("state"),
         model: get("model"),
         age: get("age"),
+        sort: get("sort"),
         cursor: get("cursor"),
     }
 }
@@ -135,6 +136,7 @@ fn QueueView(q: ReviewQueue, filters: ReviewFilters) -> impl IntoView {
     .iter()
     .map(|(v, l)| option(v, l, &filters.age))
     .collect_view();
+    let sort_options = option("exposure", "Most possibly spent first", &filters.sort);
     let next = q.next_cursor.clone().map(|c| {
         let base = filters.query();
         let sep = if base.is_empty() { "" } else { "&" };
@@ -167,6 +169,10 @@ fn QueueView(q: ReviewQueue, filters: ReviewFilters) -> impl IntoView {
                 <div class="field">
                     <label for="f-age">"Waiting"</label>
                     <select id="f-age" name="age"><option value="">"Any time"</option>{age_options}</select>
+                </div>
+                <div class="field">
+                    <label for="f-sort">"Order"</label>
+                    <select id="f-sort" name="sort"><option value="">"Oldest first"</option>{sort_options}</select>
                 </div>
                 <button type="submit" class="btn btn-primary">"Filter"</button>
                 {(filters.query() != "").then(|| view! { <a class="small" href="/review">"Clear filters"</a> })}
@@ -375,6 +381,7 @@ fn RecordView(r: ReviewRecord) -> impl IntoView {
     let events = r.events.clone();
     let actions = r.allowed.clone();
     let open = !actions.is_empty();
+    let cancelled = r.job_cancelled;
     let record_id = r.id.clone();
     view! {
         <header class="page-head page-head-row">
@@ -427,7 +434,7 @@ fn RecordView(r: ReviewRecord) -> impl IntoView {
                     view! { <section class="card" data-testid="actions">
                         <h2 class="card-title">"Decide"</h2>
                         <p class="small muted">"Only what this stage permits. Your name is recorded with the decision; the evidence is required."</p>
-                        {actions.into_iter().map(|a| view! { <ActionForm record=record_id.clone() action=a exposure=r.exposure.clone() /> }).collect_view()}
+                        {actions.into_iter().map(|a| view! { <ActionForm record=record_id.clone() action=a exposure=r.exposure.clone() cancelled=cancelled /> }).collect_view()}
                     </section> }.into_any()
                 } else {
                     view! { <section class="card"><p class="muted" data-testid="no-actions">{match r.state.as_str() {
@@ -498,8 +505,27 @@ fn DecisionItem(d: DecisionRow) -> impl IntoView {
 /// One permitted action as a form: evidence always, and what the action
 /// needs besides.
 #[component]
-fn ActionForm(record: String, action: ActionRow, exposure: String) -> impl IntoView {
+fn ActionForm(
+    record: String,
+    action: ActionRow,
+    exposure: String,
+    cancelled: bool,
+) -> impl IntoView {
     let id = format!("ev-{}", action.action);
+    // The owner's cancel already refunded: the credits are not a choice.
+    let refund = if cancelled {
+        view! {
+            <input type="hidden" name="refund" value="1" />
+            <p class="small muted">"The owner cancelled this job and got the credits back then."</p>
+        }
+        .into_any()
+    } else {
+        view! {
+            <label class="check"><input type="radio" name="refund" value="1" required />" Refund the credits"</label>
+            <label class="check"><input type="radio" name="refund" value="0" />" Keep the credits (the provider may have been paid)"</label>
+        }
+        .into_any()
+    };
     let extra = match action.action.as_str() {
         "reconcile" => view! {
             <div class="field">
@@ -512,8 +538,7 @@ fn ActionForm(record: String, action: ActionRow, exposure: String) -> impl IntoV
         "accept_failure" => view! {
             <fieldset class="field accounting">
                 <legend>"Accounting"</legend>
-                <label class="check"><input type="radio" name="refund" value="1" required />" Refund the credits"</label>
-                <label class="check"><input type="radio" name="refund" value="0" />" Keep the credits (the provider may have been paid)"</label>
+                {refund}
                 <label class="check"><input type="radio" name="release_hold" value="1" required />" Release the budget hold: nothing was spent"</label>
                 <label class="check"><input type="radio" name="release_hold" value="0" />" Keep the hold booked at the estimate"</label>
             </fieldset>

@@ -184,6 +184,7 @@ async fn bulk(
         state: None,
         model: f.model.clone(),
         age: f.age.clone(),
+        sort: None,
         cursor: None,
     };
     let back = match filters.query() {

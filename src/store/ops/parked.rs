@@ -12,9 +12,10 @@ use chrono::{DateTime, Utc};
 const ABANDONED: &str = "abandoned";
 
 impl Backend {
-    /// Parked records, oldest first, filtered, after a cursor.
+    /// Parked records, filtered, in the filter's order, after a cursor.
     pub async fn list_parked(&self, f: &ParkedFilter) -> StoreResult<Vec<Parked>> {
-        let mut sql = format!("SELECT {PARKED_COLUMNS} FROM {PARKED_FROM} WHERE 1 = 1");
+        let mut sql =
+            format!("SELECT * FROM (SELECT {PARKED_COLUMNS} FROM {PARKED_FROM} WHERE 1 = 1");
         let mut n = 0;
         let mut next = || {
             n += 1;
@@ -33,11 +34,29 @@ impl Backend {
         if f.parked_before.is_some() {
             sql += &format!(" AND p.created_at < ${}", next());
         }
-        if f.after.is_some() {
+        // The page's start, on the sort's columns (the exposure is
+        // computed, hence the outer query).
+        sql += ") q WHERE 1 = 1";
+        let exposed = f.sort == ParkedSort::Exposure;
+        if let Some(c) = &f.after {
             let (a, b) = (next(), next());
-            sql += &format!(" AND (p.created_at > ${a} OR (p.created_at = ${a} AND p.id > ${b}))");
+            let after_age =
+                format!("(q.created_at > ${a} OR (q.created_at = ${a} AND q.id > ${b}))");
+            if exposed && c.exposure_usd.is_some() {
+                let e = next();
+                sql += &format!(
+                    " AND (q.exposure_usd < ${e} OR (q.exposure_usd = ${e} AND {after_age}))"
+                );
+            } else {
+                sql += &format!(" AND {after_age}");
+            }
         }
-        sql += &format!(" ORDER BY p.created_at, p.id LIMIT ${}", next());
+        let order = if exposed {
+            "q.exposure_usd DESC, q.created_at, q.id"
+        } else {
+            "q.created_at, q.id"
+        };
+        sql += &format!(" ORDER BY {order} LIMIT ${}", next());
         let mut q = sqlx::query(&sql);
         if let Some(s) = f.state {
             q = q.bind(s.as_str());
@@ -51,8 +70,11 @@ impl Backend {
         if let Some(t) = f.parked_before {
             q = q.bind(t);
         }
-        if let Some((at, id)) = f.after {
-            q = q.bind(at).bind(id.0);
+        if let Some(c) = &f.after {
+            q = q.bind(c.created_at).bind(c.id.0);
+            if let (true, Some(e)) = (exposed, c.exposure_usd) {
+                q = q.bind(e);
+            }
         }
         let rows = q.bind(f.limit).fetch_all(&self.reader).await?;
         rows.iter().map(parked_from_row).collect()
