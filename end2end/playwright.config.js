@@ -87,6 +87,9 @@ module.exports = defineConfig({
       TOLLGATE_STORAGE: `${dataDir}/objects`,
       TOLLGATE_LOGINS_PER_ACCOUNT_PER_MINUTE: '200',
       TOLLGATE_LOGINS_PER_ADDRESS_PER_MINUTE: '500',
+      // One person orders many edits a minute here; fair use is tested apart.
+      TOLLGATE_JOBS_PER_USER_PER_MINUTE: '1000',
+      TOLLGATE_JOBS_BURST_PER_USER: '500',
       TOLLGATE_SITE_ROOT: process.env.TOLLGATE_SITE_ROOT || path.join(__dirname, '..', 'target', 'site'),
       TOLLGATE_CONFIG: configFile,
       // Webhooks reach the test's own receiver on loopback, and nothing else.

@@ -149,6 +149,8 @@ async fn node(
         .env("TOLLGATE_CONFIG", db.dir.join("tollgate.toml"))
         .env("TOLLGATE_WORKERS", workers.to_string())
         .env("TOLLGATE_LOG", "warn")
+        .env("TOLLGATE_JOBS_PER_USER_PER_MINUTE", "100000")
+        .env("TOLLGATE_JOBS_BURST_PER_USER", "100000")
         .stdout(Stdio::null())
         .spawn()
         .unwrap_or_else(|e| panic!("starting {bin}: {e}"));

@@ -155,9 +155,11 @@ impl LoginLimits {
 }
 
 impl Tollgate {
-    /// Forgets idle sign-in limiter keys (run every minute by `serve`).
+    /// Forgets idle sign-in and paid-request limiter keys (run every
+    /// minute by `serve`).
     pub fn forget_idle_login_limits(&self) {
         self.login_limits().forget_idle();
+        self.paid_limits().forget_idle();
     }
 
     /// Checks an email and password. A wrong password and an unknown email

@@ -78,6 +78,10 @@ pub struct Config {
     pub log_format: LogFormat,
     /// Login attempts allowed per minute for one account, and from one address.
     pub logins_per_account_per_minute: u32,
+    /// Paid requests (jobs and repairs) one person may make a minute, and
+    /// in one burst (issue 29: fair use).
+    pub jobs_per_user_per_minute: u32,
+    pub jobs_burst_per_user: u32,
     pub logins_per_address_per_minute: u32,
     /// Workers this node runs (role all or worker).
     pub workers: usize,
@@ -253,11 +257,13 @@ impl Config {
                     | "webhook_allow_networks"
                     | "webhook_retry_schedule"
                     | "storage_quota_mb"
+                    | "jobs_per_user_per_minute"
+                    | "jobs_burst_per_user"
             )
         }) {
             return Err(ConfigError::new(
                 "TOLLGATE_CONFIG",
-                format!("unknown setting {k:?}; known: models, checker, local, workers, lease_seconds, daily_cap_usd, spend_warning_percent, webhook_allow_networks, webhook_retry_schedule, storage_quota_mb"),
+                format!("unknown setting {k:?}; known: models, checker, local, workers, lease_seconds, daily_cap_usd, spend_warning_percent, webhook_allow_networks, webhook_retry_schedule, storage_quota_mb, jobs_per_user_per_minute, jobs_burst_per_user"),
             ));
         }
         let models = crate::providers::config::parse(&file, &get)?;
@@ -277,6 +283,8 @@ impl Config {
                 "TOLLGATE_WEBHOOK_ALLOW_NETWORKS" => from_file("webhook_allow_networks"),
                 "TOLLGATE_WEBHOOK_RETRY_SCHEDULE" => from_file("webhook_retry_schedule"),
                 "TOLLGATE_STORAGE_QUOTA_MB" => from_file("storage_quota_mb"),
+                "TOLLGATE_JOBS_PER_USER_PER_MINUTE" => from_file("jobs_per_user_per_minute"),
+                "TOLLGATE_JOBS_BURST_PER_USER" => from_file("jobs_burst_per_user"),
                 _ => None,
             })
         };
@@ -352,6 +360,8 @@ impl Config {
             per_minute("TOLLGATE_LOGINS_PER_ACCOUNT_PER_MINUTE", 5)?;
         let logins_per_address_per_minute =
             per_minute("TOLLGATE_LOGINS_PER_ADDRESS_PER_MINUTE", 20)?;
+        let jobs_per_user_per_minute = per_minute("TOLLGATE_JOBS_PER_USER_PER_MINUTE", 60)?;
+        let jobs_burst_per_user = per_minute("TOLLGATE_JOBS_BURST_PER_USER", 30)?;
 
         // Runs in flight at once on this node: each waits on its provider
         // without a thread, so thousands are cheap. Enough by default that
@@ -489,6 +499,8 @@ impl Config {
             session_idle_minutes,
             log_format,
             logins_per_account_per_minute,
+            jobs_per_user_per_minute,
+            jobs_burst_per_user,
             logins_per_address_per_minute,
             workers,
             lease_s,

@@ -43,6 +43,14 @@ fn invalid(errors: crate::model::FieldErrors) -> Error {
     }
 }
 
+/// What fair use made of a paid request: the job made earlier under its
+/// key (rule 1 answers before any limit), or leave to go on while the
+/// admission lives.
+pub(crate) enum Admitted<'a> {
+    Replay(Box<Submission>),
+    Go(crate::limits::Admission<'a>),
+}
+
 /// Whether a submission made a job or found the one made under its key.
 #[derive(Debug)]
 pub struct Submission {
@@ -87,6 +95,10 @@ impl Tollgate {
             self.check_webhook_url("webhook_url", url).await?;
         }
         let hash = request.canonical_hash();
+        let _admission = match self.admit_paid(user, key, &hash).await? {
+            Admitted::Replay(replayed) => return Ok(*replayed),
+            Admitted::Go(admission) => admission,
+        };
         let new = NewJob {
             id: JobId::new(),
             user_id: user.id,
@@ -109,6 +121,33 @@ impl Tollgate {
             }),
             Err(StoreError::InsufficientCredits) => Err(Error::InsufficientCredits),
             Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Fair use (issue 29) before a paid request is charged: one token from
+    /// the person's bucket, or 429. Rule 1 comes first: a replay of a job
+    /// already made under `key` costs nothing, so it is answered (or found
+    /// in conflict) even when the bucket is empty.
+    pub(crate) async fn admit_paid(
+        &self,
+        user: &User,
+        key: &str,
+        hash: &str,
+    ) -> Result<Admitted<'_>> {
+        let limited = match self.paid_limits().admit(user.id, key) {
+            Ok(admission) => return Ok(Admitted::Go(admission)),
+            Err(limited) => limited,
+        };
+        match self.store().job_by_idempotency_key(user.id, key).await? {
+            Some(job) if job.request_sha256 == hash => Ok(Admitted::Replay(Box::new(Submission {
+                job,
+                created: false,
+            }))),
+            Some(_) => Err(Error::Conflict {
+                code: "IDEMPOTENCY_CONFLICT",
+                message: "this Idempotency-Key was used with a different request; use a new key for a new job".into(),
+            }),
+            None => Err(limited),
         }
     }
 

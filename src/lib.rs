@@ -27,6 +27,8 @@ pub mod jobs;
 #[cfg(feature = "server")]
 pub mod ledger;
 #[cfg(feature = "server")]
+pub mod limits;
+#[cfg(feature = "server")]
 pub mod parked;
 #[cfg(feature = "server")]
 pub mod providers;

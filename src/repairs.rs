@@ -4,7 +4,7 @@
 //! person has now; and the lineage they can follow.
 
 use crate::error::{Error, Result};
-use crate::jobs::{check_idempotency_key, Submission};
+use crate::jobs::{check_idempotency_key, Admitted, Submission};
 use crate::model::{parse_repair, quote, JobId, JobKind, JobStatus, LineageState};
 use crate::store::{Job, NewJob, NewRepair, StoreError, Submitted, User};
 use crate::Tollgate;
@@ -57,6 +57,10 @@ impl Tollgate {
                 .to_string()
                 .as_bytes(),
         ));
+        let _admission = match self.admit_paid(user, key, &hash).await? {
+            Admitted::Replay(replayed) => return Ok(*replayed),
+            Admitted::Go(admission) => admission,
+        };
         // Charged like its parent: the same request priced the same way.
         let q = quote(self.catalogue(), &job.request);
         let new = NewRepair {

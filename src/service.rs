@@ -21,6 +21,8 @@ struct Inner {
     local: crate::providers::local::LocalProvider,
     http: crate::providers::http::HttpProvider,
     login_limits: LoginLimits,
+    /// Paid requests per person (fair use).
+    paid_limits: crate::limits::PaidLimits,
     /// Wakes idle workers when a job is queued. It carries nothing: the
     /// database is the truth, and the sweeper rings anyway (rule 4).
     doorbell: Arc<tokio::sync::Notify>,
@@ -52,6 +54,10 @@ fn webhook_guard(config: &Config) -> crate::webhooks::guard::Guard {
 
 impl Tollgate {
     pub fn new(store: Store, objects: ObjectStore, config: Config) -> Tollgate {
+        let paid_limits = crate::limits::PaidLimits::new(
+            config.jobs_per_user_per_minute,
+            config.jobs_burst_per_user,
+        );
         let login_limits = LoginLimits::new(
             config.logins_per_account_per_minute,
             config.logins_per_address_per_minute,
@@ -67,6 +73,7 @@ impl Tollgate {
                 http: crate::providers::http::HttpProvider::with_guard(webhook_guard(&config)),
                 config,
                 login_limits,
+                paid_limits,
                 doorbell: Arc::new(tokio::sync::Notify::new()),
                 webhook_bell: Arc::new(tokio::sync::Notify::new()),
                 decode_slots: Arc::new(tokio::sync::Semaphore::new(DECODES_MAX)),
@@ -179,6 +186,10 @@ impl Tollgate {
 
     pub fn config(&self) -> &Config {
         &self.inner.config
+    }
+
+    pub(crate) fn paid_limits(&self) -> &crate::limits::PaidLimits {
+        &self.inner.paid_limits
     }
 
     pub(crate) fn login_limits(&self) -> &LoginLimits {

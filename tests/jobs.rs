@@ -1141,3 +1141,109 @@ mod retention {
         assert!(t.visible_asset(&ana, pd).await.is_ok());
     }
 }
+
+mod fair_use {
+    //! Issue 29, 2: one person cannot take more than their share of paid
+    //! work at once: past their burst, 429 `RATE_LIMITED` with
+    //! `Retry-After`, and nothing is charged; replays are never limited.
+    use super::*;
+
+    tollgate::both_backends!(paid_requests_past_a_persons_burst_are_refused_and_charge_nothing);
+
+    async fn paid_requests_past_a_persons_burst_are_refused_and_charge_nothing(db: TestDb) {
+        let db = db
+            .with_config("jobs_per_user_per_minute = 1\njobs_burst_per_user = 5\n")
+            .await;
+        let a = Arc::new(api(db).await);
+        let (u, token) = a.person("burst@example.com", Role::User, 100).await;
+        let (_, other) = a.person("calm@example.com", Role::User, 100).await;
+        let source = a.photo(&token).await;
+        let calm_source = a.photo(&other).await;
+        let n = 12;
+        let barrier = Arc::new(Barrier::new(n));
+        let mut tasks = Vec::new();
+        for i in 0..n {
+            let (a, b, token, body) = (a.clone(), barrier.clone(), token.clone(), edit(&source));
+            tasks.push(tokio::spawn(async move {
+                b.wait().await;
+                let r = a.submit(&token, &format!("burst-{i}"), &body).await;
+                let retry_after = r
+                    .headers()
+                    .get("retry-after")
+                    .map(|v| v.to_str().unwrap().to_string());
+                let status = r.status();
+                let v: Value = r.json().await.unwrap();
+                (status, retry_after, v, format!("burst-{i}"))
+            }));
+        }
+        let mut made = Vec::new();
+        for t in tasks {
+            let (status, retry_after, v, key) = t.await.unwrap();
+            match status {
+                StatusCode::CREATED => made.push((key, v["credits"].as_i64().unwrap())),
+                StatusCode::TOO_MANY_REQUESTS => {
+                    assert_eq!(v["error"]["code"], "RATE_LIMITED", "{v}");
+                    let s: u64 = retry_after.expect("a Retry-After").parse().unwrap();
+                    assert!((1..=60).contains(&s), "{s}");
+                }
+                other => panic!("{other}: {v}"),
+            }
+        }
+        assert_eq!(made.len(), 5, "exactly the burst");
+        let jobs =
+            a.db.tollgate
+                .list_jobs(&u, None, Some(100), None, false)
+                .await
+                .unwrap()
+                .0;
+        assert_eq!(jobs.len(), 5, "no job for a refused request");
+        let charged: i64 = made.iter().map(|(_, c)| c).sum();
+        assert_eq!(
+            a.balance(&u).await,
+            100 - charged,
+            "nothing charged past the burst"
+        );
+        // A replay of a job already made is never limited; a new one is.
+        let replay = a.submit(&token, &made[0].0, &edit(&source)).await;
+        assert_eq!(replay.status(), StatusCode::ACCEPTED);
+        let fresh = a.submit(&token, "burst-new", &edit(&source)).await;
+        assert_eq!(fresh.status(), StatusCode::TOO_MANY_REQUESTS);
+        // Somebody else's bucket is their own, and requests racing under
+        // one key are one request: twenty at once take one token and make
+        // one job (rule 1), though the bucket holds five.
+        let n = 20;
+        let barrier = Arc::new(Barrier::new(n));
+        let mut tasks = Vec::new();
+        for _ in 0..n {
+            let (a, b, token, body) = (
+                a.clone(),
+                barrier.clone(),
+                other.clone(),
+                edit(&calm_source),
+            );
+            tasks.push(tokio::spawn(async move {
+                b.wait().await;
+                let r = a.submit(&token, "calm-1", &body).await;
+                let status = r.status();
+                let v: Value = r.json().await.unwrap();
+                (status, v["id"].as_str().map(str::to_string))
+            }));
+        }
+        let mut ids = std::collections::HashSet::new();
+        for t in tasks {
+            let (status, id) = t.await.unwrap();
+            assert!(
+                matches!(status, StatusCode::CREATED | StatusCode::ACCEPTED),
+                "{status}"
+            );
+            ids.insert(id.unwrap());
+        }
+        assert_eq!(ids.len(), 1, "one job");
+        let calm = a.submit(&other, "calm-2", &edit(&calm_source)).await;
+        assert_eq!(
+            calm.status(),
+            StatusCode::CREATED,
+            "that took one token of five"
+        );
+    }
+}

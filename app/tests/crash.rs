@@ -50,6 +50,9 @@ async fn serve_as(db: &TestDb, config: Option<&std::path::Path>, role: &str) -> 
         .env("TOLLGATE_LEASE_SECONDS", lease_s)
         .env("TOLLGATE_LOG", "warn")
         .env("TOLLGATE_WEBHOOK_ALLOW_PUBLIC", "false")
+        // Hundreds of jobs from one person: fair use is tested apart.
+        .env("TOLLGATE_JOBS_PER_USER_PER_MINUTE", "100000")
+        .env("TOLLGATE_JOBS_BURST_PER_USER", "100000")
         .stdout(Stdio::null())
         // Kept beside the test's database, so a failure can be read.
         .stderr(std::fs::File::create(db.dir.join(format!("{role}-{port}.log"))).unwrap())

@@ -158,6 +158,11 @@ test.describe.serial('review', () => {
     await expect(page.getByTestId('parked')).toContainText('A reviewer still settles what it cost');
     await expect(page.getByTestId('parked')).not.toContainText('judge@studio.test');
     await shot(page, '46-edit-cancelled-while-parked');
+    // On a phone too, without scrolling sideways.
+    await page.setViewportSize({ width: 390, height: 844 });
+    await expect(page.getByTestId('parked')).toContainText('Cancelled: your credits are back');
+    expect(await page.evaluate(() => document.documentElement.scrollWidth)).toBeLessThanOrEqual(390);
+    await shot(page, '46-edit-cancelled-while-parked-390');
     cancelledId = cancelled;
   });
 
@@ -216,6 +221,11 @@ test.describe.serial('review', () => {
     await expect(bulk.getByTestId('bulk-room')).toContainText('room for 2 of 2');
     await bulk.getByText("Each record's possible duplicate cost").click();
     await shot(page, '48-review-bulk-new-attempt');
+    await page.setViewportSize({ width: 390, height: 844 });
+    await expect(bulk.getByTestId('bulk-room')).toBeVisible();
+    expect(await page.evaluate(() => document.documentElement.scrollWidth)).toBeLessThanOrEqual(390);
+    await shot(page, '48-review-bulk-new-attempt-390');
+    await page.setViewportSize({ width: 1280, height: 900 });
     await bulk.getByLabel('Action').selectOption('new_attempt');
     await bulk.getByLabel('Evidence (required)').fill('The provider had an outage; both may run again.');
     await bulk.getByTestId('bulk-confirm').check();

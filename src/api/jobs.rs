@@ -138,6 +138,8 @@ struct IdempotencyKeyHeader {
         (status = 413, description = "The body is too large.", body = ErrorBody),
         (status = 415, description = "Not JSON.", body = ErrorBody),
         (status = 422, description = "Invalid fields (details name them).", body = ErrorBody),
+        (status = 429, description = "RATE_LIMITED: the caller's paid requests came faster than its rate; nothing is charged. Retry after the header's seconds.", body = ErrorBody,
+            headers(("Retry-After" = String, description = "seconds until the next paid request is accepted"))),
     ),
     security(("bearer_token" = []), ("session_cookie" = []))
 )]
@@ -396,6 +398,8 @@ pub struct RepairBody {
         (status = 413, description = "The body is too large.", body = ErrorBody),
         (status = 415, description = "Not JSON.", body = ErrorBody),
         (status = 422, description = "The job did not succeed, is not an image edit, or the body has a field but `instruction`.", body = ErrorBody),
+        (status = 429, description = "RATE_LIMITED: the caller's paid requests came faster than its rate; nothing is charged.", body = ErrorBody,
+            headers(("Retry-After" = String, description = "seconds until the next paid request is accepted"))),
     ),
     security(("bearer_token" = []), ("session_cookie" = []))
 )]

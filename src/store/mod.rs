@@ -460,6 +460,15 @@ impl Store {
         dispatch!(self, s => s.cancel_job(id, at).await)
     }
 
+    /// The person's job made under this idempotency key, if any.
+    pub async fn job_by_idempotency_key(
+        &self,
+        user: UserId,
+        key: &str,
+    ) -> StoreResult<Option<Job>> {
+        dispatch!(self, s => s.job_by_idempotency_key(user, key).await)
+    }
+
     /// Rule 3: refunds a failed or cancelled job, once, however often called.
     pub async fn refund_job(&self, id: JobId, at: DateTime<Utc>) -> StoreResult<bool> {
         dispatch!(self, s => s.refund_job(id, at).await)

@@ -211,6 +211,22 @@ impl Backend {
         Ok(Some(job))
     }
 
+    /// The person's job made under this idempotency key, if any.
+    pub async fn job_by_idempotency_key(
+        &self,
+        user: UserId,
+        key: &str,
+    ) -> StoreResult<Option<Job>> {
+        let sql =
+            format!("SELECT {JOB_COLUMNS} FROM jobs WHERE user_id = $1 AND idempotency_key = $2");
+        let row = sqlx::query(&sql)
+            .bind(user.0)
+            .bind(key)
+            .fetch_optional(&self.reader)
+            .await?;
+        row.as_ref().map(job_from_row).transpose()
+    }
+
     /// Rule 3: refunds a failed or cancelled job, once, however often called.
     pub async fn refund_job(&self, id: JobId, at: DateTime<Utc>) -> StoreResult<bool> {
         let mut tx = self.writer.begin().await?;

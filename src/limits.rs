@@ -1,0 +1,101 @@
+//! Fair use (issue 29): how fast one person may ask for paid work. Every
+//! new job and repair takes a token from its owner's bucket (refilled at
+//! `TOLLGATE_JOBS_PER_USER_PER_MINUTE`, holding at most
+//! `TOLLGATE_JOBS_BURST_PER_USER`); an empty bucket is 429 `RATE_LIMITED`
+//! with `Retry-After`, before anything is charged. A replay of a job
+//! already made costs nothing and is never limited (rule 1 first). The
+//! buckets live in memory per node: with several web nodes each allows the
+//! rate, which bounds a burst, not a day (the day's cap does that).
+//!
+//! Requests racing under one key are one request: while the first is being
+//! admitted and written, the others take no token of their own (the store
+//! answers them with the first's job, or a conflict), so a client that
+//! retries a timed-out submission is never refused for it.
+
+use crate::error::{Error, Result};
+use crate::model::UserId;
+use governor::clock::{Clock, DefaultClock};
+use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
+use std::collections::HashSet;
+use std::num::NonZeroU32;
+use std::sync::Mutex;
+
+pub struct PaidLimits {
+    per_user: DefaultKeyedRateLimiter<UserId>,
+    clock: DefaultClock,
+    /// (person, idempotency key) of the paid requests being written now.
+    in_flight: Mutex<HashSet<(UserId, String)>>,
+}
+
+/// A paid request admitted: while it lives, the same person's requests
+/// under the same key are admitted without a token of their own.
+pub struct Admission<'a> {
+    limits: &'a PaidLimits,
+    key: Option<(UserId, String)>,
+}
+
+impl Drop for Admission<'_> {
+    fn drop(&mut self) {
+        if let Some(k) = self.key.take() {
+            self.limits.in_flight().remove(&k);
+        }
+    }
+}
+
+impl PaidLimits {
+    /// `per_minute` paid requests a minute for one person, in bursts of at
+    /// most `burst`.
+    pub fn new(per_minute: u32, burst: u32) -> Self {
+        let n = |v: u32| NonZeroU32::new(v).unwrap_or(NonZeroU32::MIN);
+        let quota = Quota::per_minute(n(per_minute)).allow_burst(n(burst));
+        PaidLimits {
+            per_user: RateLimiter::keyed(quota),
+            clock: DefaultClock::default(),
+            in_flight: Mutex::new(HashSet::new()),
+        }
+    }
+
+    fn in_flight(&self) -> std::sync::MutexGuard<'_, HashSet<(UserId, String)>> {
+        // Every change is one insert or remove: a poisoned set is whole.
+        self.in_flight.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Admits one paid request of `user` under `key`: a token from the
+    /// bucket, or none when the same key is already in flight.
+    pub fn admit(&self, user: UserId, key: &str) -> Result<Admission<'_>> {
+        let entry = (user, key.to_string());
+        // One lock around the look, the token and the mark: two racers
+        // under one key cannot both take a token.
+        let mut in_flight = self.in_flight();
+        if in_flight.contains(&entry) {
+            return Ok(Admission {
+                limits: self,
+                key: None,
+            });
+        }
+        self.check(user)?;
+        in_flight.insert(entry.clone());
+        Ok(Admission {
+            limits: self,
+            key: Some(entry),
+        })
+    }
+
+    /// Takes one token from `user`'s bucket, or says when the next one
+    /// comes (whole seconds, at least one).
+    fn check(&self, user: UserId) -> Result<()> {
+        self.per_user.check_key(&user).map_err(|not_until| {
+            let wait = not_until.wait_time_from(self.clock.now());
+            Error::RateLimited {
+                retry_after_s: wait.as_secs() + u64::from(wait.subsec_nanos() > 0),
+            }
+        })
+    }
+
+    /// Forgets people whose buckets are full again: memory stays bounded by
+    /// who asked in the last minutes.
+    pub fn forget_idle(&self) {
+        self.per_user.retain_recent();
+        self.per_user.shrink_to_fit();
+    }
+}
