@@ -137,7 +137,7 @@ fn parse_state(raw: Option<&str>) -> Result<Option<ParkedState>> {
 }
 
 fn parse_sort(raw: Option<&str>) -> Result<ParkedSort> {
-    match raw.filter(|s| !s.is_empty()) {
+    match raw {
         None | Some("age") => Ok(ParkedSort::Age),
         Some("exposure") => Ok(ParkedSort::Exposure),
         Some(_) => Err(Error::invalid("sort", "must be age or exposure")),

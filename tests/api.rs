@@ -72,6 +72,7 @@ both_backends!(
     budget_days_are_admin_controlled,
     metrics_speak_prometheus,
     the_openapi_document_describes_what_is_served,
+    answers_carrying_secrets_are_never_stored_by_a_cache,
 );
 
 /// `GET /v1/openapi.json` is the document the code generates from the
@@ -709,4 +710,51 @@ async fn metrics_speak_prometheus(db: TestDb) {
     );
     assert!(text.contains("tollgate_reservations_held 0"), "{text}");
     assert!(text.contains("# EOF"), "{text}");
+}
+
+/// Issue 29, 7: an answer that carries a secret or a token (and any other
+/// caller's data under /v1) says `Cache-Control: no-store`, errors included.
+async fn answers_carrying_secrets_are_never_stored_by_a_cache(db: TestDb) {
+    let s = spawn(db).await;
+    let token = s.token_for("secret@example.com", Role::User).await;
+    for (method, path) in [
+        ("GET", "/v1/webhook-secret"),
+        ("GET", "/v1/me"),
+        ("GET", "/v1/credits"),
+        ("GET", "/v1/jobs/not-a-job"),
+    ] {
+        let r = s
+            .http
+            .request(method.parse().unwrap(), s.url(path))
+            .bearer_auth(&token)
+            .send()
+            .await
+            .unwrap();
+        let cache = r
+            .headers()
+            .get("cache-control")
+            .map(|v| v.to_str().unwrap().to_string());
+        assert_eq!(
+            cache.as_deref(),
+            Some("no-store"),
+            "{method} {path}: {}",
+            r.status()
+        );
+    }
+    let r = s
+        .http
+        .post(s.url("/v1/webhook-endpoints"))
+        .bearer_auth(&token)
+        .json(&json!({"url": "https://example.com/hook"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        r.headers()
+            .get("cache-control")
+            .map(|v| v.to_str().unwrap()),
+        Some("no-store"),
+        "{}",
+        r.status()
+    );
 }

@@ -2001,6 +2001,15 @@ async fn the_queue_sorts_by_exposure_and_pages_through_it(db: TestDb) {
         .await
         .unwrap_err();
     assert_eq!(code(&e), "INVALID_REQUEST");
+    // An empty sort is not a sort (the pages send none for the default).
+    let e = t
+        .parked_list(&tollgate::parked::ParkedQuery {
+            sort: Some(String::new()),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), "INVALID_REQUEST");
 }
 
 /// Issue 27, 3: a bulk decision shows each record's possible duplicate cost,

@@ -206,6 +206,19 @@ pub fn router(state: Tollgate) -> Router {
     let v1 = v1
         .fallback(error::not_found)
         .method_not_allowed_fallback(error::method_not_allowed)
-        .layer(DefaultBodyLimit::max(JSON_BODY_BYTES_MAX));
+        .layer(DefaultBodyLimit::max(JSON_BODY_BYTES_MAX))
+        .layer(axum::middleware::map_response(no_store));
     ops.nest("/v1", v1).with_state(state)
+}
+
+/// Issue 29, 7: what `/v1` answers is one caller's (a token, a secret, a
+/// balance): no cache keeps it, unless the answer says otherwise (a stored
+/// object is `private`, for its owner's browser only).
+async fn no_store(mut response: axum::response::Response) -> axum::response::Response {
+    use axum::http::{header, HeaderValue};
+    response
+        .headers_mut()
+        .entry(header::CACHE_CONTROL)
+        .or_insert(HeaderValue::from_static("no-store"));
+    response
 }
