@@ -17,6 +17,7 @@ use tollgate::testkit::TestDb;
 tollgate::both_backends!(
     every_route_answers_each_role_as_it_should,
     sessions_end_when_they_must,
+    pages_are_never_stored_by_a_cache,
 );
 
 const PASSWORD: &str = "correct horse battery";
@@ -483,4 +484,29 @@ async fn sessions_end_when_they_must(db: TestDb) {
         "{:?}",
         started.elapsed()
     );
+}
+
+/// Issue 29, 7: a page (the account page shows a new token once) says
+/// `Cache-Control: no-store`, as the API does; a signed-out page too.
+async fn pages_are_never_stored_by_a_cache(db: TestDb) {
+    let s = serve(&db).await;
+    person(&db, &s, "pages@example.com", Role::User).await;
+    let browser = signed_in(&s, "pages@example.com").await;
+    for path in ["/account", "/edits", "/credits"] {
+        let r = browser
+            .get(format!("{}{path}", s.base))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::OK, "{path}");
+        assert_eq!(r.headers()["cache-control"], "no-store", "{path}");
+    }
+    let r = reqwest::get(format!("{}/login", s.base)).await.unwrap();
+    assert_eq!(r.headers()["cache-control"], "no-store", "/login");
+    let r = browser
+        .get(format!("{}/v1/me", s.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.headers()["cache-control"], "no-store", "/v1/me");
 }

@@ -86,6 +86,24 @@ pub fn router(tollgate: Tollgate) -> Router {
     with_security_headers(app, &tollgate).layer(TraceLayer::new_for_http())
 }
 
+/// Issue 29, 7: a page is one person's (a token shown once, a secret, a
+/// balance): no cache keeps it. Static files (CSS, wasm) stay cacheable.
+async fn no_store_pages(mut response: axum::response::Response) -> axum::response::Response {
+    use axum::http::header;
+    let html = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/html"));
+    if html {
+        response
+            .headers_mut()
+            .entry(header::CACHE_CONTROL)
+            .or_insert(HeaderValue::from_static("no-store"));
+    }
+    response
+}
+
 /// Headers every answer carries unless it set its own: no framing, no
 /// referrer beyond our origin, no sniffing, a deny-all policy for what is
 /// not a page (pages set theirs, with a nonce), and HSTS over https.
@@ -96,6 +114,7 @@ fn with_security_headers(router: Router, tollgate: &Tollgate) -> Router {
         .secure_cookies
         .then(|| HeaderValue::from_static("max-age=31536000; includeSubDomains"));
     router
+        .layer(axum::middleware::map_response(no_store_pages))
         .layer(SetResponseHeaderLayer::if_not_present(
             header::CONTENT_SECURITY_POLICY,
             HeaderValue::from_static("default-src 'none'; frame-ancestors 'none'"),
