@@ -257,3 +257,13 @@ run_schemathesis() {
   rm -rf "$dir"
   return "$status"
 }
+
+# The local checker's detector models (models/README.md): kept in the
+# repository; checked here so a damaged copy is said, not silently used.
+# Without them the checker runs reduced and says so.
+ensure_models() {
+  if (cd "$ROOT/models" && sha256sum --quiet -c SHA256SUMS); then
+    return 0
+  fi
+  say "warning: models/ does not match models/SHA256SUMS; the local checker will run without its detectors"
+}

@@ -371,7 +371,7 @@ async fn the_local_checker_on_real_photographs(db: TestDb) {
         astronaut.error
     );
     let seen = astronaut.progress.readiness.unwrap().observation.unwrap();
-    assert!(seen.contains("face"), "{seen}");
+    assert!(seen.contains("a person"), "{seen}");
     let rocket = settled(&db, ids[2]).await;
     assert_eq!(rocket.error.unwrap()["code"], "NOT_READY");
     // Two refunds, one charge.

@@ -9,7 +9,6 @@
 const { test, expect } = require('@playwright/test');
 const fs = require('fs');
 const path = require('path');
-const { makePng } = require('./png');
 
 const SHOTS = path.join(__dirname, '..', 'screenshots');
 fs.mkdirSync(SHOTS, { recursive: true });
@@ -45,9 +44,10 @@ test.describe.serial('repairs', () => {
   test('a repair that is better is delivered, and one that is not keeps the version they had', async ({ page, baseURL }) => {
     await signIn(page, MENDER);
     // The order itself through the API the page's session speaks.
+    // A real photograph of a dog (tests/photos/README.md).
     const up = await page.request.post('/v1/assets', {
-      headers: { Origin: baseURL, 'Content-Type': 'image/png' },
-      data: makePng(480, 320),
+      headers: { Origin: baseURL, 'Content-Type': 'image/jpeg' },
+      data: fs.readFileSync(path.join(PHOTOS, 'dog_corgi.jpg')),
     });
     expect(up.status()).toBe(201);
     const asset = await up.json();
@@ -60,6 +60,9 @@ test.describe.serial('repairs', () => {
 
     await page.goto(`/edits/${original.id}`);
     await expect(page.getByTestId('job-status')).toContainText('Done', { timeout: 30_000 });
+    // The look found the dog, and said so.
+    await expect(page.getByTestId('story')).toContainText('Checked the photo: I found a dog');
+    await shot(page, '40a-real-dog-edited');
     // The owner's timeline is in plain words.
     await expect(page.getByTestId('story')).toContainText('Ordered');
     await expect(page.getByTestId('story')).toContainText('Checked the photo');
@@ -135,5 +138,24 @@ test.describe.serial('repairs', () => {
     await expect(page.getByAltText('Your photo')).toBeVisible();
     await expect(page.getByLabel('Describe it (optional)')).toHaveValue('my cat');
     await shot(page, '43-order-again-prefilled');
+  });
+
+  test('a person ordered on a photo with no one in it gets questions that name what was seen', async ({ page }) => {
+    await signIn(page, MENDER);
+    await page.goto('/edits/new');
+    const coffee = { name: 'coffee.jpg', mimeType: 'image/jpeg', buffer: fs.readFileSync(path.join(PHOTOS, 'coffee.jpg')) };
+    await expect(async () => {
+      await page.getByTestId('photo-input').setInputFiles(coffee);
+      await expect(page.getByAltText('Your photo')).toBeVisible({ timeout: 2000 });
+    }).toPass({ timeout: 20_000 });
+    await page.getByText('A person', { exact: true }).click();
+    await page.getByTestId('submit').click();
+    await expect(page).toHaveURL(/\/edits\/[0-9a-f-]{36}$/, { timeout: 20_000 });
+    await expect(page.getByTestId('job-status')).toContainText('Failed', { timeout: 30_000 });
+    await expect(page.getByRole('alert')).toContainText('I found no person in this photo');
+    await expect(page.getByRole('alert')).toContainText('a cup');
+    await expect(page.getByTestId('questions')).toContainText('Is the person in this photo?');
+    await expect(page.getByTestId('story')).not.toContainText('Sent to the model');
+    await shot(page, '44-no-person-in-photo');
   });
 });

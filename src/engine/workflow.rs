@@ -139,14 +139,7 @@ async fn readiness(run: &mut Run<'_>) -> StoreResult<Next> {
     let size = photo.len() + mask.as_ref().map_or(0, Vec::len);
     let checked = on_cpu(run.t, size, move || {
         let img = local::decode(&photo)?;
-        let region = local::region(&img, kind, mask.as_deref())?;
-        Ok::<_, String>(local::readiness(
-            kind,
-            &description,
-            &img,
-            &region,
-            mask.is_some(),
-        ))
+        local::check(&img, kind, &description, mask.as_deref())
     })
     .await?;
     Ok(match checked {
@@ -201,7 +194,7 @@ async fn review(run: &mut Run<'_>) -> StoreResult<Next> {
         Some(k) => run.output_bytes(&k).await?,
         None => None,
     };
-    let kind = edit.target.kind;
+    let (kind, description) = (edit.target.kind, edit.target.description.clone());
     if let Some(checker) = run.t.models().checker.clone() {
         let edit = edit.clone();
         let review = checked_review(run, &checker, &edit, photo, mask, out).await?;
@@ -221,7 +214,7 @@ async fn review(run: &mut Run<'_>) -> StoreResult<Next> {
         let out = image::load_from_memory(&out.ok_or("the output is gone")?)
             .map_err(|e| e.to_string())?
             .to_rgb8();
-        let region = local::region(&photo, kind, mask.as_deref())?;
+        let region = local::selection(&photo, kind, &description, mask.as_deref())?;
         Ok::<_, String>(local::review(&photo, &out, &region))
     })
     .await?;
@@ -268,7 +261,7 @@ async fn compare(run: &mut Run<'_>) -> StoreResult<Next> {
         Some(k) => run.output_bytes(&k).await?,
         None => None,
     };
-    let kind = edit.target.kind;
+    let (kind, description) = (edit.target.kind, edit.target.description.clone());
     if let Some(checker) = run.t.models().checker.clone() {
         let edit = edit.clone();
         let comparison = checked_compare(
@@ -304,7 +297,7 @@ async fn compare(run: &mut Run<'_>) -> StoreResult<Next> {
         };
         let previous = load(previous, "previous version")?;
         let candidate = load(candidate, "candidate")?;
-        let region = local::region(&photo, kind, mask.as_deref())?;
+        let region = local::selection(&photo, kind, &description, mask.as_deref())?;
         Ok::<_, String>(local::compare(
             &photo,
             &region,
@@ -380,13 +373,14 @@ async fn checked_readiness(
     };
     Ok(match answer {
         Ok(a) if a.ready => {
-            let kind = edit.target.kind;
+            let (kind, description) = (edit.target.kind, edit.target.description.clone());
             let size = photo.len() + mask.as_ref().map_or(0, Vec::len);
             let fraction = on_cpu(run.t, size, move || {
                 let img = local::decode(&photo)?;
-                Ok::<_, String>(local::fraction(&local::region(
+                Ok::<_, String>(local::fraction(&local::selection(
                     &img,
                     kind,
+                    &description,
                     mask.as_deref(),
                 )?))
             })
