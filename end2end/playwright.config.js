@@ -13,6 +13,8 @@ const mockBin = process.env.TOLLGATE_MOCK_BIN || path.join(path.dirname(bin), 't
 // browser tests (parked work a reviewer reconciles and resumes).
 const mockPort = String(Number(port) + 100);
 process.env.TOLLGATE_E2E_MOCK = `http://127.0.0.1:${mockPort}`;
+// First-run set-up asks for the token the server prints; the tests choose it.
+process.env.TOLLGATE_E2E_SETUP_TOKEN = process.env.TOLLGATE_E2E_SETUP_TOKEN || 'e2e-setup-token-0123456789';
 const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'tollgate-e2e-'));
 const configFile = path.join(dataDir, 'tollgate.toml');
 fs.writeFileSync(configFile, fs.readFileSync(path.join(__dirname, 'tollgate.toml'), 'utf8') + `
@@ -92,6 +94,7 @@ module.exports = defineConfig({
       TOLLGATE_JOBS_BURST_PER_USER: '500',
       TOLLGATE_SITE_ROOT: process.env.TOLLGATE_SITE_ROOT || path.join(__dirname, '..', 'target', 'site'),
       TOLLGATE_CONFIG: configFile,
+      TOLLGATE_SETUP_TOKEN: process.env.TOLLGATE_E2E_SETUP_TOKEN,
       // Webhooks reach the test's own receiver on loopback, and nothing else.
       TOLLGATE_WEBHOOK_ALLOW_NETWORKS: '127.0.0.0/8',
       TOLLGATE_WEBHOOK_ALLOW_PUBLIC: 'false',

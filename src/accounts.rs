@@ -21,8 +21,23 @@ impl Tollgate {
         Ok(self.store().setup_needed().await?)
     }
 
-    /// Creates the first admin. Once one exists, this is `SETUP_COMPLETE`.
-    pub async fn complete_setup(&self, email: &str, password: &str, confirm: &str) -> Result<User> {
+    /// Creates the first admin, for whoever holds the set-up token this
+    /// node printed (or was given): reaching the form is not enough, or a
+    /// stranger who finds a fresh node first would own it. Once an admin
+    /// exists, this is `SETUP_COMPLETE`.
+    pub async fn complete_setup(
+        &self,
+        token: &str,
+        email: &str,
+        password: &str,
+        confirm: &str,
+    ) -> Result<User> {
+        if !self.setup_token_matches(token) {
+            return Err(Error::invalid(
+                "token",
+                "this is not the set-up token the server printed when it started",
+            ));
+        }
         let email = parse_email(email)?;
         let password = Password::confirmed(password, confirm).map_err(|e| match e {
             crate::model::PasswordError::Mismatch => Error::invalid("confirm", e.to_string()),
@@ -188,6 +203,15 @@ impl Tollgate {
         } else {
             Err(Error::NotFound("token"))
         }
+    }
+}
+
+impl Tollgate {
+    /// Whether `token` is this node's set-up token. Hashes are compared, so
+    /// the time taken says nothing about how much of it was right.
+    fn setup_token_matches(&self, token: &str) -> bool {
+        use sha2::{Digest, Sha256};
+        Sha256::digest(token.trim().as_bytes()) == Sha256::digest(self.setup_token().as_bytes())
     }
 }
 

@@ -10,17 +10,15 @@ use crate::store::{Asset, User};
 use crate::Tollgate;
 use bytes::Bytes;
 use chrono::Utc;
-use image::{ImageFormat, ImageReader, Limits};
+use image::{ImageFormat, ImageReader};
 use sha2::{Digest, Sha256};
 use std::io::Cursor;
 
 /// Largest upload, in bytes.
 pub const ASSET_BYTES_MAX: usize = 20 * 1024 * 1024;
-/// Largest image, in pixels, and on either side.
-pub const ASSET_PIXELS_MAX: u64 = 40_000_000;
-pub const ASSET_SIDE_MAX: u32 = 10_000;
-/// Memory a decode may allocate.
-const DECODE_ALLOC_MAX: u64 = 512 * 1024 * 1024;
+/// Largest image, in pixels, and on either side: what any decode takes.
+pub const ASSET_PIXELS_MAX: u64 = crate::providers::local::IMAGE_PIXELS_MAX;
+pub const ASSET_SIDE_MAX: u32 = crate::providers::local::IMAGE_SIDE_MAX;
 
 /// The formats we accept, by what the bytes say they are.
 fn sniff(bytes: &[u8]) -> Option<(ImageFormat, &'static str)> {
@@ -81,10 +79,7 @@ fn inspect(bytes: &[u8], declared: Option<&str>) -> Result<(&'static str, u32, u
             declared.unwrap_or_default()
         )));
     }
-    let mut limits = Limits::default();
-    limits.max_image_width = Some(ASSET_SIDE_MAX);
-    limits.max_image_height = Some(ASSET_SIDE_MAX);
-    limits.max_alloc = Some(DECODE_ALLOC_MAX);
+    let limits = crate::providers::local::decode_limits();
 
     // The header first: a bomb is refused before a pixel is decoded.
     let (w, h) = ImageReader::with_format(Cursor::new(bytes), format)

@@ -19,6 +19,7 @@ use sha2::{Digest, Sha256};
 use std::marker::PhantomData;
 use std::net::IpAddr;
 use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 use tower_sessions::Session;
 
@@ -36,10 +37,48 @@ const TOKEN_BYTES: usize = 32;
 
 // ---- passwords ----
 
+/// Argon2 runs at once at most: each takes 19 MiB and a core for tens of
+/// milliseconds, so a burst of sign-ins waits its turn instead of taking
+/// every core and the memory with it (issue 29, 6).
+fn argon2_cap() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get().clamp(2, 8))
+}
+
+fn argon2_slots() -> &'static tokio::sync::Semaphore {
+    static SLOTS: OnceLock<tokio::sync::Semaphore> = OnceLock::new();
+    SLOTS.get_or_init(|| tokio::sync::Semaphore::new(argon2_cap()))
+}
+
+/// How many argon2 runs may go at once, and the most that ever did.
+pub fn argon2_at_once() -> (usize, usize) {
+    (argon2_cap(), argon2_running().1.load(Ordering::Acquire))
+}
+
+/// Argon2 runs going now, and the most ever at once.
+fn argon2_running() -> &'static (AtomicUsize, AtomicUsize) {
+    static RUNNING: (AtomicUsize, AtomicUsize) = (AtomicUsize::new(0), AtomicUsize::new(0));
+    &RUNNING
+}
+
+/// Runs `work` (one argon2 hash or check) on a blocking thread, counted.
+async fn with_argon2<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+    let _slot = argon2_slots().acquire().await.ok()?;
+    tokio::task::spawn_blocking(move || {
+        let (now, most) = argon2_running();
+        let running = now.fetch_add(1, Ordering::AcqRel) + 1;
+        most.fetch_max(running, Ordering::AcqRel);
+        let out = work();
+        now.fetch_sub(1, Ordering::AcqRel);
+        out
+    })
+    .await
+    .ok()
+}
+
 /// Hashes a password with argon2id off the async threads.
 pub async fn hash_password(password: &str) -> Result<String> {
     let password = password.to_string();
-    tokio::task::spawn_blocking(move || {
+    with_argon2(move || {
         let salt = SaltString::generate(&mut OsRng);
         Argon2::default()
             .hash_password(password.as_bytes(), &salt)
@@ -47,13 +86,13 @@ pub async fn hash_password(password: &str) -> Result<String> {
             .map_err(|e| Error::Internal(format!("hashing a password: {e}")))
     })
     .await
-    .map_err(|e| Error::Internal(e.to_string()))?
+    .unwrap_or_else(|| Err(Error::Internal("hashing a password stopped".into())))
 }
 
 /// Checks a password against a stored hash off the async threads.
 pub async fn verify_password(hash: String, password: &str) -> bool {
     let password = password.to_string();
-    tokio::task::spawn_blocking(move || match PasswordHash::new(&hash) {
+    with_argon2(move || match PasswordHash::new(&hash) {
         Ok(parsed) => Argon2::default()
             .verify_password(password.as_bytes(), &parsed)
             .is_ok(),
@@ -78,6 +117,13 @@ fn dummy_hash() -> String {
                 .unwrap_or_default()
         })
         .clone()
+}
+
+/// A set-up token: 20 random bytes, URL-safe, to be typed or pasted once.
+pub fn new_setup_token() -> String {
+    let mut bytes = [0u8; 20];
+    rand::thread_rng().fill_bytes(&mut bytes);
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
 }
 
 // ---- API tokens ----
@@ -110,9 +156,12 @@ pub fn token_hash(secret: &str) -> String {
 
 // ---- login rate limits ----
 
-/// Per-account and per-address limits on login attempts, in memory per node.
+/// Limits on sign-in attempts, in memory per node: per account *and*
+/// address (a guesser slows down only themselves: five wrong passwords
+/// from one place never lock the person out of another), and per address
+/// over all accounts (one place cannot try many people).
 pub struct LoginLimits {
-    per_account: DefaultKeyedRateLimiter<String>,
+    per_account: DefaultKeyedRateLimiter<(String, IpAddr)>,
     per_address: DefaultKeyedRateLimiter<IpAddr>,
 }
 
@@ -133,9 +182,10 @@ impl LoginLimits {
         if let Some(ip) = address {
             self.per_address.check_key(&ip).map_err(|_| limited)?;
         }
-        let key: String = account.trim().to_lowercase().chars().take(320).collect();
+        let account: String = account.trim().to_lowercase().chars().take(320).collect();
+        let from = address.unwrap_or(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED));
         self.per_account
-            .check_key(&key)
+            .check_key(&(account, from))
             .map_err(|_| Error::RateLimited { retry_after_s: 60 })
     }
 
@@ -160,6 +210,7 @@ impl Tollgate {
     pub fn forget_idle_login_limits(&self) {
         self.login_limits().forget_idle();
         self.paid_limits().forget_idle();
+        self.test_event_limits().forget_idle();
     }
 
     /// Checks an email and password. A wrong password and an unknown email

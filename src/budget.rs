@@ -4,7 +4,7 @@
 use crate::error::{Error, Result};
 use crate::model::Usd;
 use crate::model::UserId;
-use crate::store::{BudgetChange, BudgetChangeKind, BudgetChangeListed, BudgetDay};
+use crate::store::{BudgetChange, BudgetChangeKind, BudgetChangeListed, BudgetDay, Spender};
 use crate::Tollgate;
 use chrono::{NaiveDate, Utc};
 
@@ -24,7 +24,36 @@ pub fn parse_day(raw: &str) -> Result<NaiveDate> {
     parse_day_field("day", raw)
 }
 
+/// How one person's work stands against their share of a day's cap.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ShareUse {
+    pub spender: Spender,
+    /// Their spend as a whole percentage of their share.
+    pub percent: u32,
+}
+
+/// The people who spent the most today, at most this many, on the page.
+const SPENDERS_SHOWN: i64 = 20;
+
 impl Tollgate {
+    /// One person's share of `day`'s cap (`TOLLGATE_USER_SHARE_PERCENT`),
+    /// and the people whose work cost the most that day against it, most
+    /// first: who is near their share (issue 29, 2).
+    pub async fn shares_on(&self, day: NaiveDate) -> Result<(Usd, Vec<ShareUse>)> {
+        let cap = self.budget(day).await?.cap_usd;
+        let percent = self.config().user_share_percent;
+        let share = cap.times(rust_decimal::Decimal::new(i64::from(percent), 2));
+        let spenders = self.store().top_spenders_on(day, SPENDERS_SHOWN).await?;
+        let uses = spenders
+            .into_iter()
+            .map(|spender| ShareUse {
+                percent: spender.spent_usd.percent_of(share),
+                spender,
+            })
+            .collect();
+        Ok((share, uses))
+    }
+
     pub async fn budget(&self, day: NaiveDate) -> Result<BudgetDay> {
         Ok(self
             .store()

@@ -20,6 +20,9 @@ pub enum Error {
     AccountDisabled,
     #[error("too many attempts; wait a minute and try again")]
     RateLimited { retry_after_s: u64 },
+    /// Fair use of the day's cap: this person's work used their share.
+    #[error("your work today has cost your share of the studio's daily budget; new paid work is accepted again when the day ends (UTC)")]
+    ShareUsed { retry_after_s: u64 },
     #[error("your role does not allow this")]
     Forbidden,
     #[error("{0} not found")]
@@ -61,7 +64,7 @@ impl Error {
             Error::Unauthenticated => "UNAUTHENTICATED",
             Error::InvalidCredentials => "INVALID_CREDENTIALS",
             Error::AccountDisabled => "ACCOUNT_DISABLED",
-            Error::RateLimited { .. } => "RATE_LIMITED",
+            Error::RateLimited { .. } | Error::ShareUsed { .. } => "RATE_LIMITED",
             Error::Forbidden => "FORBIDDEN",
             Error::NotFound(_) => "NOT_FOUND",
             Error::Conflict { code, .. } => code,
@@ -77,7 +80,7 @@ impl Error {
             Error::Invalid { .. } => 422,
             Error::Unauthenticated | Error::InvalidCredentials => 401,
             Error::AccountDisabled | Error::Forbidden => 403,
-            Error::RateLimited { .. } => 429,
+            Error::RateLimited { .. } | Error::ShareUsed { .. } => 429,
             Error::NotFound(_) => 404,
             Error::Conflict { .. } => 409,
             Error::InsufficientCredits => 402,

@@ -135,7 +135,10 @@ impl Tollgate {
         hash: &str,
     ) -> Result<Admitted<'_>> {
         let limited = match self.paid_limits().admit(user.id, key) {
-            Ok(admission) => return Ok(Admitted::Go(admission)),
+            Ok(admission) => match self.within_share(user).await {
+                Ok(()) => return Ok(Admitted::Go(admission)),
+                Err(over) => over,
+            },
             Err(limited) => limited,
         };
         match self.store().job_by_idempotency_key(user.id, key).await? {
@@ -149,6 +152,36 @@ impl Tollgate {
             }),
             None => Err(limited),
         }
+    }
+
+    /// Fair use of the day's cap (issue 29, 2): once one person's work has
+    /// cost `TOLLGATE_USER_SHARE_PERCENT` of today's cap (refunded work
+    /// included: the provider was paid), their new paid requests are 429
+    /// until the UTC day ends, and everyone else's work goes on.
+    async fn within_share(&self, user: &User) -> Result<()> {
+        let percent = self.config().user_share_percent;
+        if percent >= 100 {
+            return Ok(());
+        }
+        let now = Utc::now();
+        let today = now.date_naive();
+        let cap = self.budget(today).await?.cap_usd;
+        let share = cap.times(rust_decimal::Decimal::new(i64::from(percent), 2));
+        // A job spends on the day its attempt holds budget: work made in
+        // the last week covers every attempt that could count today.
+        let since = now - chrono::Duration::days(7);
+        let spent = self.store().user_spend_on(user.id, today, since).await?;
+        if spent.decimal() < share.decimal() {
+            return Ok(());
+        }
+        let midnight = today
+            .succ_opt()
+            .and_then(|d| d.and_hms_opt(0, 0, 0))
+            .map(|t| t.and_utc());
+        let wait = midnight.map_or(3600, |m| (m - now).num_seconds().max(1));
+        Err(Error::ShareUsed {
+            retry_after_s: u64::try_from(wait).unwrap_or(3600),
+        })
     }
 
     /// A doorbell: tells execution that a job is waiting. It carries only

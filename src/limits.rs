@@ -13,7 +13,7 @@
 //! retries a timed-out submission is never refused for it.
 
 use crate::error::{Error, Result};
-use crate::model::UserId;
+use crate::model::{UserId, WebhookEndpointId};
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use std::collections::HashSet;
@@ -97,5 +97,48 @@ impl PaidLimits {
     pub fn forget_idle(&self) {
         self.per_user.retain_recent();
         self.per_user.shrink_to_fit();
+    }
+}
+
+/// Test events (issue 29, 3): each is a POST to an address the person
+/// chose, held up to 15 s by a receiver that does not answer, so they are
+/// few: `TEST_EVENTS_PER_ENDPOINT_PER_MINUTE` for one endpoint and
+/// `TEST_EVENTS_PER_USER_PER_MINUTE` for one person, 429 beyond.
+pub struct TestEventLimits {
+    per_endpoint: DefaultKeyedRateLimiter<WebhookEndpointId>,
+    per_user: DefaultKeyedRateLimiter<UserId>,
+    clock: DefaultClock,
+}
+
+pub const TEST_EVENTS_PER_ENDPOINT_PER_MINUTE: u32 = 5;
+pub const TEST_EVENTS_PER_USER_PER_MINUTE: u32 = 20;
+
+impl Default for TestEventLimits {
+    fn default() -> Self {
+        let quota = |n: u32| Quota::per_minute(NonZeroU32::new(n).unwrap_or(NonZeroU32::MIN));
+        TestEventLimits {
+            per_endpoint: RateLimiter::keyed(quota(TEST_EVENTS_PER_ENDPOINT_PER_MINUTE)),
+            per_user: RateLimiter::keyed(quota(TEST_EVENTS_PER_USER_PER_MINUTE)),
+            clock: DefaultClock::default(),
+        }
+    }
+}
+
+impl TestEventLimits {
+    /// Takes one test event from the endpoint's allowance and its owner's.
+    pub fn check(&self, user: UserId, endpoint: WebhookEndpointId) -> Result<()> {
+        let limited = |not_until: governor::NotUntil<_>| {
+            let wait = not_until.wait_time_from(self.clock.now());
+            Error::RateLimited {
+                retry_after_s: wait.as_secs() + u64::from(wait.subsec_nanos() > 0),
+            }
+        };
+        self.per_endpoint.check_key(&endpoint).map_err(limited)?;
+        self.per_user.check_key(&user).map_err(limited)
+    }
+
+    pub fn forget_idle(&self) {
+        self.per_endpoint.retain_recent();
+        self.per_user.retain_recent();
     }
 }

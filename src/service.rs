@@ -23,6 +23,8 @@ struct Inner {
     login_limits: LoginLimits,
     /// Paid requests per person (fair use).
     paid_limits: crate::limits::PaidLimits,
+    /// Test webhook events per endpoint and person.
+    test_event_limits: crate::limits::TestEventLimits,
     /// Wakes idle workers when a job is queued. It carries nothing: the
     /// database is the truth, and the sweeper rings anyway (rule 4).
     doorbell: Arc<tokio::sync::Notify>,
@@ -34,6 +36,9 @@ struct Inner {
     decode_slots: Arc<tokio::sync::Semaphore>,
     /// Runs on this node whose claim was taken (a stale fencing token).
     claim_conflicts: std::sync::atomic::AtomicU64,
+    /// Guards first-run set-up: the operator's, or one made up at start
+    /// that `serve` prints.
+    setup_token: String,
     /// What retention purged on this node.
     purged: crate::retention::PurgeCounters,
 }
@@ -62,6 +67,8 @@ impl Tollgate {
             config.logins_per_account_per_minute,
             config.logins_per_address_per_minute,
         );
+        let setup_token =
+            (config.exposure.setup_token.clone()).unwrap_or_else(crate::auth::new_setup_token);
         Tollgate {
             inner: Arc::new(Inner {
                 store,
@@ -74,10 +81,12 @@ impl Tollgate {
                 config,
                 login_limits,
                 paid_limits,
+                test_event_limits: Default::default(),
                 doorbell: Arc::new(tokio::sync::Notify::new()),
                 webhook_bell: Arc::new(tokio::sync::Notify::new()),
                 decode_slots: Arc::new(tokio::sync::Semaphore::new(DECODES_MAX)),
                 claim_conflicts: std::sync::atomic::AtomicU64::new(0),
+                setup_token,
                 purged: crate::retention::PurgeCounters::default(),
             }),
         }
@@ -184,8 +193,17 @@ impl Tollgate {
         self.inner.webhook_bell.clone()
     }
 
+    /// The token first-run set-up asks for (printed by `serve`).
+    pub fn setup_token(&self) -> &str {
+        &self.inner.setup_token
+    }
+
     pub fn config(&self) -> &Config {
         &self.inner.config
+    }
+
+    pub(crate) fn test_event_limits(&self) -> &crate::limits::TestEventLimits {
+        &self.inner.test_event_limits
     }
 
     pub(crate) fn paid_limits(&self) -> &crate::limits::PaidLimits {

@@ -23,7 +23,7 @@ both_backends!(
     racing_debits_never_overdraw,
     grants_with_a_key_happen_once,
     login_says_the_same_for_unknown_email_and_wrong_password,
-    logins_are_rate_limited_per_account,
+    logins_are_rate_limited_per_account_and_address,
     password_change_requires_the_current_one,
     assets_are_found_where_they_are_stored_in_one_lookup,
 );
@@ -110,7 +110,8 @@ async fn racing_setups_make_one_admin(db: TestDb) {
         let b = barrier.clone();
         tasks.push(tokio::spawn(async move {
             b.wait().await;
-            t.complete_setup(&format!("admin{i}@example.com"), PASSWORD, PASSWORD)
+            let token = t.setup_token().to_string();
+            t.complete_setup(&token, &format!("admin{i}@example.com"), PASSWORD, PASSWORD)
                 .await
         }));
     }
@@ -134,11 +135,25 @@ async fn racing_setups_make_one_admin(db: TestDb) {
 
 async fn setup_closes_once_an_admin_exists(db: TestDb) {
     assert!(db.tollgate.setup_needed().await.unwrap());
+    // Issue 29, 5: without the token the node printed, nobody becomes admin.
+    for wrong in ["", "guess", &format!("{}x", db.tollgate.setup_token())] {
+        let r = db
+            .tollgate
+            .complete_setup(wrong, "stranger@example.com", PASSWORD, PASSWORD)
+            .await;
+        assert!(
+            matches!(&r, Err(Error::Invalid { fields, .. }) if fields.contains_key("token")),
+            "{r:?}"
+        );
+    }
+    assert!(db.store().list_users().await.unwrap().is_empty());
+    assert!(db.tollgate.setup_needed().await.unwrap());
+    let token = db.tollgate.setup_token().to_string();
     user(&db, "boss@example.com", Role::Admin).await;
     assert!(!db.tollgate.setup_needed().await.unwrap());
     let r = db
         .tollgate
-        .complete_setup("late@example.com", PASSWORD, PASSWORD)
+        .complete_setup(&token, "late@example.com", PASSWORD, PASSWORD)
         .await;
     assert!(
         matches!(
@@ -152,7 +167,7 @@ async fn setup_closes_once_an_admin_exists(db: TestDb) {
     );
     let bad = db
         .tollgate
-        .complete_setup("x@example.com", "short", "short")
+        .complete_setup(&token, "x@example.com", "short", "short")
         .await;
     assert!(matches!(bad, Err(Error::Invalid { .. })));
 }
@@ -443,7 +458,7 @@ async fn login_says_the_same_for_unknown_email_and_wrong_password(db: TestDb) {
     assert_eq!(disabled_wrong.code(), "INVALID_CREDENTIALS");
 }
 
-async fn logins_are_rate_limited_per_account(db: TestDb) {
+async fn logins_are_rate_limited_per_account_and_address(db: TestDb) {
     user(&db, "u@example.com", Role::User).await;
     let addr = Some("10.9.8.7".parse().unwrap());
     let mut codes = Vec::new();
@@ -458,12 +473,15 @@ async fn logins_are_rate_limited_per_account(db: TestDb) {
     }
     assert_eq!(codes[..5], ["INVALID_CREDENTIALS"; 5]);
     assert_eq!(codes[5], "RATE_LIMITED");
-    // Even the right password is refused while limited: the limit is per account.
-    let right = db
-        .tollgate
+    // Even the right password is refused from there while limited…
+    let there = db.tollgate.login("u@example.com", PASSWORD, addr).await;
+    assert_eq!(there.unwrap_err().code(), "RATE_LIMITED");
+    // …but the person signs in from anywhere else (issue 29, 6): a guesser
+    // slows down only themselves, never locks the account.
+    db.tollgate
         .login("u@example.com", PASSWORD, Some("10.1.1.1".parse().unwrap()))
-        .await;
-    assert_eq!(right.unwrap_err().code(), "RATE_LIMITED");
+        .await
+        .expect("not locked out by someone else's guesses");
     // Per address: many accounts from one address are limited too.
     let mut last = "";
     for i in 0..25 {
@@ -479,6 +497,27 @@ async fn logins_are_rate_limited_per_account(db: TestDb) {
             .code();
     }
     assert_eq!(last, "RATE_LIMITED");
+
+    // Sign-ins racing from many places share a few argon2 slots (19 MiB
+    // each): all are answered, never more run at once than the cap.
+    let barrier = Arc::new(Barrier::new(24));
+    let mut racing = Vec::new();
+    for i in 0..24u8 {
+        let (t, b) = (db.tollgate.clone(), barrier.clone());
+        racing.push(tokio::spawn(async move {
+            b.wait().await;
+            let from = Some(std::net::IpAddr::from([10, 3, 0, i]));
+            t.login("u@example.com", "wrong password!", from).await
+        }));
+    }
+    for r in racing {
+        assert_eq!(r.await.unwrap().unwrap_err().code(), "INVALID_CREDENTIALS");
+    }
+    let (cap, most) = tollgate::auth::argon2_at_once();
+    assert!(
+        (1..=cap).contains(&most),
+        "{most} argon2 runs at once, cap {cap}"
+    );
 }
 
 async fn password_change_requires_the_current_one(db: TestDb) {

@@ -27,6 +27,7 @@ both_backends!(
     the_attempt_list_filters_and_pages,
     spend_over_http_is_for_admins_and_refuses_bad_ranges,
     spend_as_csv_is_one_row_per_attempt_with_unpriced_left_empty,
+    one_person_cannot_spend_more_than_their_share_of_the_day,
 );
 
 fn usd(s: &str) -> Usd {
@@ -718,4 +719,82 @@ async fn spend_as_csv_is_one_row_per_attempt_with_unpriced_left_empty(db: TestDb
     // A user cannot read it as CSV either.
     let (status, _) = s.get("/v1/spend?format=csv", Some(&s.user)).await;
     assert_eq!(status, StatusCode::FORBIDDEN);
+}
+
+/// Issue 29, 2: once one person's work has cost their share of the day's
+/// cap, their new paid requests are 429 (nothing charged, no job), a replay
+/// of a job already made is still answered, and everyone else's work goes
+/// on; the budget page's list says who spent what.
+async fn one_person_cannot_spend_more_than_their_share_of_the_day(db: TestDb) {
+    let m = mock(0, "0.200000").await;
+    let toml = format!(
+        "daily_cap_usd = \"1.00\"\nuser_share_percent = 50\n{}",
+        model("m", &m, "0.20", "default = true")
+    );
+    let db = db.with_config(&toml).await;
+    let t = &db.tollgate;
+    let (ana, bo) = (
+        person(&db, "ana@example.com").await,
+        person(&db, "bo@example.com").await,
+    );
+    let source = t
+        .upload_asset(
+            &ana,
+            Some("image/png"),
+            tollgate::testkit::photo_of_a_dog(64, 48).into(),
+        )
+        .await
+        .unwrap();
+    let body = json!({"kind": "image_edit", "source": source.id,
+        "target": {"kind": "pet", "description": "the dog"}, "style": "embroidery", "strength": "balanced"});
+    let engine = tollgate::engine::start(db.tollgate.clone(), 4);
+    let mut made = Vec::new();
+    for key in ["a1", "a2", "a3"] {
+        made.push(t.submit_job(&ana, Some(key), &body).await.unwrap().job.id);
+    }
+    for job in settle_all(&db, &made).await {
+        assert_eq!(job.status, JobStatus::Succeeded, "{:?}", job.error);
+    }
+    let balance = db.tollgate.user(ana.id).await.unwrap().balance;
+
+    // $0.60 of a $1.00 day: past the half that is ana's.
+    let refused = t.submit_job(&ana, Some("a4"), &body).await;
+    match refused {
+        Err(tollgate::Error::ShareUsed { retry_after_s }) => {
+            assert!((1..=86_400).contains(&retry_after_s), "{retry_after_s}")
+        }
+        other => panic!(
+            "expected the share to be used: {:?}",
+            other.map(|s| s.job.id)
+        ),
+    }
+    assert_eq!(
+        db.tollgate.user(ana.id).await.unwrap().balance,
+        balance,
+        "nothing charged"
+    );
+    let replay = t.submit_job(&ana, Some("a1"), &body).await.unwrap();
+    assert!(!replay.created);
+    assert_eq!(replay.job.id, made[0], "a replay is answered");
+
+    // Bo's work still runs on the rest of the day.
+    let theirs = edits(&db, &bo, "b", 1).await;
+    let done = settle_all(&db, &theirs).await;
+    assert_eq!(done[0].status, JobStatus::Succeeded, "{:?}", done[0].error);
+    engine.shutdown().await;
+
+    let today = Utc::now().date_naive();
+    let spenders = db.store().top_spenders_on(today, 10).await.unwrap();
+    let seen: Vec<(String, Usd)> = spenders
+        .iter()
+        .map(|s| (s.email.to_string(), s.spent_usd))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("ana@example.com".to_string(), usd("0.60")),
+            ("bo@example.com".to_string(), usd("0.20"))
+        ]
+    );
+    assert_eq!(m.paid().await, 4, "four generations paid in all");
 }

@@ -30,6 +30,8 @@ both_backends!(
     a_crash_after_posting_sends_again_under_the_same_id,
     a_job_url_is_signed_with_the_account_secret_and_written_once,
     internal_urls_are_refused_and_never_called,
+    a_receiver_that_never_answers_holds_a_few_posts_and_others_go_first,
+    test_events_are_few_and_tried_once,
 );
 
 /// One request the receiver got.
@@ -57,6 +59,9 @@ struct Log {
     /// Requests in flight per webhook-id, and the most ever seen at once.
     in_flight: HashMap<String, usize>,
     most_at_once: usize,
+    /// Requests in flight of any id, and the most ever at once.
+    open: usize,
+    most_open: usize,
     /// Answer every request after the script with this delay (a hang).
     default_delay: Duration,
 }
@@ -135,13 +140,18 @@ async fn receive(
         *n += 1;
         let now = *n;
         l.most_at_once = l.most_at_once.max(now);
+        l.open += 1;
+        l.most_open = l.most_open.max(l.open);
         l.script.pop_front().unwrap_or(Answer {
             status: 200,
             delay: l.default_delay,
         })
     };
     tokio::time::sleep(answer.delay).await;
-    *log.lock().unwrap().in_flight.entry(id).or_default() -= 1;
+    let mut l = log.lock().unwrap();
+    *l.in_flight.entry(id).or_default() -= 1;
+    l.open -= 1;
+    drop(l);
     StatusCode::from_u16(answer.status).unwrap()
 }
 
@@ -445,12 +455,7 @@ async fn two_dispatchers_never_post_one_row_at_once(db: TestDb) {
         .await
         .unwrap();
     let n = 40;
-    for _ in 0..n {
-        db.tollgate
-            .send_test_webhook(&u, made.endpoint.id)
-            .await
-            .unwrap();
-    }
+    queue_test_events(&db, &made.endpoint, n).await;
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let a = tokio::spawn(tollgate::webhooks::dispatcher::run(
         db.tollgate.clone(),
@@ -622,3 +627,142 @@ async fn internal_urls_are_refused_and_never_called(db: TestDb) {
         .is_empty());
     assert_eq!(db.tollgate.user(u.id).await.unwrap().balance, Credits(100));
 }
+
+/// `n` test events for `endpoint`, due now, written straight into the
+/// outbox (through the API they are a few a minute).
+async fn queue_test_events(db: &TestDb, endpoint: &tollgate::store::WebhookEndpoint, n: usize) {
+    for i in 0..n {
+        let body = json!({"type": "webhook.test", "data": {"n": i}}).to_string();
+        db.store()
+            .insert_test_delivery(
+                endpoint,
+                &format!("test:{}", uuid::Uuid::new_v4()),
+                &body,
+                chrono::Utc::now(),
+            )
+            .await
+            .unwrap();
+    }
+}
+
+/// Issue 29, 3: one person's receiver that never answers holds at most a
+/// few posts in flight, and another person's deliveries, queued after its
+/// thirty, are posted meanwhile instead of waiting behind them.
+async fn a_receiver_that_never_answers_holds_a_few_posts_and_others_go_first(db: TestDb) {
+    let db = db.with_config(&config("50ms")).await;
+    let hanging = Receiver::start().await;
+    hanging.log.lock().unwrap().default_delay = Duration::from_secs(8);
+    let prompt = Receiver::start().await;
+    let (ana, bo) = (
+        person(&db, "hangs@example.com").await,
+        person(&db, "prompt@example.com").await,
+    );
+    let slow = db
+        .tollgate
+        .create_webhook_endpoint(&ana, &hanging.url, &[])
+        .await
+        .unwrap();
+    let fast = db
+        .tollgate
+        .create_webhook_endpoint(&bo, &prompt.url, &[])
+        .await
+        .unwrap();
+    queue_test_events(&db, &slow.endpoint, 30).await;
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    queue_test_events(&db, &fast.endpoint, 3).await;
+    tokio::time::sleep(Duration::from_millis(5)).await;
+
+    let started = Instant::now();
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let dispatchers: Vec<_> = ["node-a", "node-b"]
+        .into_iter()
+        .map(|node| {
+            tokio::spawn(tollgate::webhooks::dispatcher::run(
+                db.tollgate.clone(),
+                node.into(),
+                stopped.clone(),
+            ))
+        })
+        .collect();
+    prompt.wait_for(3).await;
+    let took = started.elapsed();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let held = hanging.log.lock().unwrap().most_open;
+    let _ = stop.send(true);
+    for d in dispatchers {
+        d.await.unwrap();
+    }
+    assert!(
+        took < Duration::from_secs(4),
+        "the prompt receiver waited {took:?}"
+    );
+    assert!(
+        (1..=4).contains(&held),
+        "the hanging receiver held {held} posts at once"
+    );
+}
+
+/// Issue 29, 3: test events are a few a minute per endpoint (429 beyond,
+/// nothing queued), another endpoint still has its own, and a test event
+/// that fails is not retried.
+async fn test_events_are_few_and_tried_once(db: TestDb) {
+    let db = db.with_config(&config("50ms")).await;
+    let r = Receiver::start().await;
+    r.script(&[(500, 0)]);
+    let u = person(&db, "tests@example.com").await;
+    let first = db
+        .tollgate
+        .create_webhook_endpoint(&u, &r.url, &[])
+        .await
+        .unwrap();
+    let second = db
+        .tollgate
+        .create_webhook_endpoint(&u, &format!("{}?second", r.url), &[])
+        .await
+        .unwrap();
+    for _ in 0..tollgate::limits::TEST_EVENTS_PER_ENDPOINT_PER_MINUTE {
+        db.tollgate
+            .send_test_webhook(&u, first.endpoint.id)
+            .await
+            .unwrap();
+    }
+    let refused = db.tollgate.send_test_webhook(&u, first.endpoint.id).await;
+    assert!(
+        matches!(refused, Err(tollgate::Error::RateLimited { retry_after_s }) if retry_after_s >= 1),
+        "{refused:?}"
+    );
+    db.tollgate
+        .send_test_webhook(&u, second.endpoint.id)
+        .await
+        .unwrap();
+    let queued = TEST_EVENTS_QUEUED;
+    assert_eq!(deliveries(&db).await.len(), queued);
+
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let d = tokio::spawn(tollgate::webhooks::dispatcher::run(
+        db.tollgate.clone(),
+        "node".into(),
+        stopped,
+    ));
+    r.wait_for(queued).await;
+    let done = loop {
+        let all = deliveries(&db).await;
+        if all.iter().all(|d| d.state != DeliveryState::Pending) {
+            break all;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let _ = stop.send(true);
+    d.await.unwrap();
+    let dead: Vec<_> = done
+        .iter()
+        .filter(|d| d.state == DeliveryState::Dead)
+        .collect();
+    assert_eq!(dead.len(), 1, "the one answered 500 is dead: {done:?}");
+    assert_eq!(dead[0].attempts, 1, "and was tried once");
+    assert_eq!(r.got().len(), queued, "nothing was sent again");
+}
+
+const TEST_EVENTS_QUEUED: usize =
+    tollgate::limits::TEST_EVENTS_PER_ENDPOINT_PER_MINUTE as usize + 1;

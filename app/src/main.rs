@@ -225,11 +225,15 @@ fn read_password() -> Result<String, Fatal> {
 }
 
 async fn serve(config: Config, role: NodeRole) -> Result<(), Fatal> {
+    tollgate_app::server::listen::raise_open_file_limit();
     let listen = config.listen;
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .map_err(|e| Fatal(format!("TOLLGATE_LISTEN: cannot listen on {listen}: {e}")))?;
     let tollgate = Tollgate::open(config).await?;
+    if matches!(role, NodeRole::All | NodeRole::Web) && tollgate.setup_needed().await? {
+        announce_setup(&tollgate);
+    }
 
     let sessions = tollgate.store().session_backend();
     tokio::spawn(async move {
@@ -294,7 +298,8 @@ async fn serve(config: Config, role: NodeRole) -> Result<(), Fatal> {
         NodeRole::Worker => tollgate::api::ops_router(tollgate.clone()),
     };
     tracing::info!(%listen, ?role, backend = ?tollgate.store().backend(), "Tollgate is listening on http://{listen}");
-    tollgate_app::server::listen::serve(listener, app, shutdown_signal())
+    let limits = tollgate.config().exposure.clone();
+    tollgate_app::server::listen::serve(listener, app, &limits, shutdown_signal())
         .await
         .map_err(|e| Fatal(format!("serving: {e}")))?;
     if let Some(engine) = engine {
@@ -304,6 +309,25 @@ async fn serve(config: Config, role: NodeRole) -> Result<(), Fatal> {
     tollgate.store().close().await;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Prints where and with what token the first admin is made: the console
+/// is what only the person running the server sees.
+fn announce_setup(tollgate: &Tollgate) {
+    let config = tollgate.config();
+    let base = config.public_origin.clone().unwrap_or_else(|| {
+        let mut at = config.listen;
+        if at.ip().is_unspecified() {
+            at.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+        }
+        format!("http://{at}")
+    });
+    let token = tollgate.setup_token();
+    println!(
+        "First-run set-up: open {base}/setup?token={token} to create the first admin \
+         (the set-up token is {token}; it works until an admin exists). \
+         `tollgate user add --email EMAIL --role admin` does the same from a shell."
+    );
 }
 
 async fn shutdown_signal() {

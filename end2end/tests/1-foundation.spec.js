@@ -26,13 +26,27 @@ test.describe.serial('foundation', () => {
     await expect(page.getByRole('heading', { name: 'Welcome to Tollgate' })).toBeVisible();
     await shot(page, '01-setup');
 
-    // A mismatched confirmation is refused and keeps the email.
+    // Reaching the page is not enough: set-up asks for the token the
+    // server printed on its console.
+    const token = process.env.TOLLGATE_E2E_SETUP_TOKEN;
+    await page.getByLabel('Set-up token').fill('a guess at the token');
     await page.getByLabel('Admin email').fill(ADMIN.email);
+    await page.getByLabel('Password', { exact: true }).fill(ADMIN.password);
+    await page.getByLabel('Password again').fill(ADMIN.password);
+    await page.getByRole('button', { name: 'Create admin' }).click();
+    await expect(page.getByRole('alert')).toContainText('not the set-up token');
+    await expect(page.getByLabel('Admin email')).toHaveValue(ADMIN.email);
+    await expect(page.getByLabel('Set-up token')).toHaveValue('');
+    await shot(page, '01b-setup-wrong-token');
+
+    // A mismatched confirmation is refused and keeps the email and token.
+    await page.getByLabel('Set-up token').fill(token);
     await page.getByLabel('Password', { exact: true }).fill(ADMIN.password);
     await page.getByLabel('Password again').fill('something else entirely');
     await page.getByRole('button', { name: 'Create admin' }).click();
     await expect(page.getByRole('alert')).toContainText('do not match');
     await expect(page.getByLabel('Admin email')).toHaveValue(ADMIN.email);
+    await expect(page.getByLabel('Set-up token')).toHaveValue(token);
 
     await page.getByLabel('Password', { exact: true }).fill(ADMIN.password);
     await page.getByLabel('Password again').fill(ADMIN.password);
@@ -47,7 +61,7 @@ test.describe.serial('foundation', () => {
     await expect(other.getByRole('heading', { name: 'Sign in' })).toBeVisible();
     // Posting the form anyway makes no second admin.
     const again = await other.request.post('/setup', {
-      form: { email: 'second@studio.test', password: 'second password 1', confirm: 'second password 1' },
+      form: { token, email: 'second@studio.test', password: 'second password 1', confirm: 'second password 1' },
       headers: { origin: new URL(other.url()).origin },
       maxRedirects: 0,
     });

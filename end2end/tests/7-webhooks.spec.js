@@ -109,8 +109,9 @@ test.describe.serial('webhooks', () => {
     await expect(person.getByRole('status').first()).toContainText('Endpoint added');
     const row = person.getByTestId('endpoint-row').filter({ hasText: failing.url });
     await row.getByRole('button', { name: 'Send test event' }).click();
-    // Three tries a second apart, every one answered 500: dead.
-    await expect.poll(() => failing.got.length, { timeout: 20_000 }).toBe(3);
+    // A test event is tried once (it says how the endpoint answers now):
+    // answered 500, it is dead.
+    await expect.poll(() => failing.got.length, { timeout: 20_000 }).toBe(1);
     await ctx.close();
 
     await signIn(page, ADMIN);
@@ -127,8 +128,8 @@ test.describe.serial('webhooks', () => {
     answer = 200;
     await dead.getByRole('button', { name: 'Replay' }).click();
     await expect(page.getByRole('status').first()).toContainText('Replaying');
-    await expect.poll(() => failing.got.length, { timeout: 20_000 }).toBe(4);
-    const [first, replayed] = [failing.got[0], failing.got[3]];
+    await expect.poll(() => failing.got.length, { timeout: 20_000 }).toBe(2);
+    const [first, replayed] = [failing.got[0], failing.got[1]];
     expect(replayed.headers['webhook-id']).toBe(first.headers['webhook-id']);
     expect(replayed.body).toBe(first.body);
     await page.goto('/admin/webhooks?state=delivered');

@@ -12,7 +12,9 @@ use serde_json::{json, Value};
 pub fn error_body(e: &Error) -> Value {
     let details = match e {
         Error::Invalid { fields, .. } => json!({ "fields": fields }),
-        Error::RateLimited { retry_after_s } => json!({ "retry_after_s": retry_after_s }),
+        Error::RateLimited { retry_after_s } | Error::ShareUsed { retry_after_s } => {
+            json!({ "retry_after_s": retry_after_s })
+        }
         _ => json!({}),
     };
     json!({ "error": { "code": e.code(), "message": e.public_message(), "details": details } })
@@ -26,7 +28,7 @@ impl IntoResponse for Error {
         let status =
             StatusCode::from_u16(self.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let mut response = (status, Json(error_body(&self))).into_response();
-        if let Error::RateLimited { retry_after_s } = self {
+        if let Error::RateLimited { retry_after_s } | Error::ShareUsed { retry_after_s } = self {
             if let Ok(v) = HeaderValue::from_str(&retry_after_s.to_string()) {
                 response.headers_mut().insert(header::RETRY_AFTER, v);
             }

@@ -138,7 +138,7 @@ struct IdempotencyKeyHeader {
         (status = 413, description = "The body is too large.", body = ErrorBody),
         (status = 415, description = "Not JSON.", body = ErrorBody),
         (status = 422, description = "Invalid fields (details name them).", body = ErrorBody),
-        (status = 429, description = "RATE_LIMITED: the caller's paid requests came faster than its rate; nothing is charged. Retry after the header's seconds.", body = ErrorBody,
+        (status = 429, description = "RATE_LIMITED: the caller's paid requests came faster than its rate, or their work today already cost their share of the day's cap (TOLLGATE_USER_SHARE_PERCENT); nothing is charged. Retry after the header's seconds.", body = ErrorBody,
             headers(("Retry-After" = String, description = "seconds until the next paid request is accepted"))),
     ),
     security(("bearer_token" = []), ("session_cookie" = []))
@@ -398,7 +398,7 @@ pub struct RepairBody {
         (status = 413, description = "The body is too large.", body = ErrorBody),
         (status = 415, description = "Not JSON.", body = ErrorBody),
         (status = 422, description = "The job did not succeed, is not an image edit, or the body has a field but `instruction`.", body = ErrorBody),
-        (status = 429, description = "RATE_LIMITED: the caller's paid requests came faster than its rate; nothing is charged.", body = ErrorBody,
+        (status = 429, description = "RATE_LIMITED: the caller's paid requests came faster than its rate, or their work today already cost their share of the day's cap (TOLLGATE_USER_SHARE_PERCENT); nothing is charged.", body = ErrorBody,
             headers(("Retry-After" = String, description = "seconds until the next paid request is accepted"))),
     ),
     security(("bearer_token" = []), ("session_cookie" = []))

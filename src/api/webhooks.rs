@@ -216,7 +216,8 @@ pub struct Queued {
     pub delivery_id: DeliveryId,
 }
 
-/// Sends a `webhook.test` event to one of the caller's endpoints.
+/// Sends a `webhook.test` event to one of the caller's endpoints, tried
+/// once: a few a minute per endpoint and per person.
 #[utoipa::path(
     post, path = "/webhook-endpoints/{id}/test", tag = "webhooks", operation_id = "send_test_webhook",
     params(("id" = String, Path, format = Uuid, description = "The endpoint's id.")),
@@ -225,6 +226,8 @@ pub struct Queued {
         (status = 401, description = "No valid token or session.", body = ErrorBody),
         (status = 404, description = "No such endpoint of yours.", body = ErrorBody),
         (status = 409, description = "The endpoint is disabled.", body = ErrorBody),
+        (status = 429, description = "RATE_LIMITED: more than 5 test events a minute for this endpoint, or 20 for this person. Retry after the header's seconds.", body = ErrorBody,
+            headers(("Retry-After" = String, description = "seconds until the next test event is accepted"))),
     ),
     security(("bearer_token" = []), ("session_cookie" = []))
 )]

@@ -19,6 +19,12 @@ const OUTPUT_BYTES_MAX: usize = 256 * 1024 * 1024;
 #[derive(Clone)]
 pub struct HttpProvider {
     client: reqwest::Client,
+    /// Fetches outputs from hosts other than the model's endpoint: its
+    /// resolver is the address guard, so it connects only to addresses the
+    /// guard checked when it connects, whatever the name says by then (a
+    /// name rebound to an internal address between the check and the
+    /// connection is never reached; issue 29, 8).
+    outputs: reqwest::Client,
     /// Checks output hosts other than the model's endpoint.
     guard: crate::webhooks::guard::Guard,
 }
@@ -64,6 +70,15 @@ impl HttpProvider {
                 // closed and reopened a connection for most calls under load.
                 .pool_max_idle_per_host(256)
                 .redirect(same_host_redirects())
+                .build()
+                .unwrap_or_default(),
+            outputs: reqwest::Client::builder()
+                .pool_idle_timeout(Duration::from_secs(30))
+                .redirect(same_host_redirects())
+                .no_proxy()
+                .dns_resolver(std::sync::Arc::new(
+                    crate::webhooks::guard::GuardedResolver(guard.clone()),
+                ))
                 .build()
                 .unwrap_or_default(),
             guard,
@@ -481,7 +496,7 @@ impl Provider for HttpProvider {
                 .check_url(target.as_str())
                 .await
                 .map_err(|e| refused(e.to_string()))?;
-            self.client.get(target).timeout(model.request_timeout)
+            self.outputs.get(target).timeout(model.request_timeout)
         };
         let mut r = request.send().await.map_err(timeout)?;
         if !r.status().is_success() {

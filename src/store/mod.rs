@@ -19,7 +19,7 @@ pub use records::{
     Hold, Job, JobCursor, JobEvent, JobFilter, LedgerEntry, MetricsSnapshot, NewApiToken, NewAsset,
     NewAttempt, NewDecision, NewJob, NewLedgerEntry, NewParked, NewRepair, NewUser, Op, Parked,
     ParkedCount, ParkedCursor, ParkedFilter, ParkedSort, ParkedStage, Purpose, Recovery, SpendRow,
-    Submitted, Unit, User,
+    Spender, Submitted, Unit, User,
 };
 pub use records::{
     ClaimedDelivery, Delivery, DeliveryFilter, DeliveryOutcome, NewWebhookEndpoint,
@@ -775,6 +775,21 @@ impl Store {
     /// Attempts by day, filtered, a page at a time.
     pub async fn list_attempts(&self, filter: &AttemptFilter) -> StoreResult<Vec<AttemptListed>> {
         dispatch!(self, s => s.list_attempts(filter).await)
+    }
+
+    /// What one person's work cost the studio on a day (settled, or held).
+    pub async fn user_spend_on(
+        &self,
+        user: UserId,
+        day: NaiveDate,
+        since: DateTime<Utc>,
+    ) -> StoreResult<Usd> {
+        dispatch!(self, s => s.user_spend_on(user, day, since).await)
+    }
+
+    /// The people whose work cost the most on a day.
+    pub async fn top_spenders_on(&self, day: NaiveDate, n: i64) -> StoreResult<Vec<Spender>> {
+        dispatch!(self, s => s.top_spenders_on(day, n).await)
     }
 
     /// What may have been spent without a price, right now.

@@ -683,6 +683,15 @@ pub struct AttemptListed {
 
 /// What may have been spent without a price, right now: holds kept by
 /// parked jobs, and attempts still `submitting` (the uncertainty window).
+/// One person's spend on a day, for the budget page.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Spender {
+    pub user_id: UserId,
+    pub email: crate::model::Email,
+    pub spent_usd: Usd,
+    pub attempts: i64,
+}
+
 #[derive(Clone, Debug, Default)]
 pub struct Exposure {
     pub parked_holds: i64,

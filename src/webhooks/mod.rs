@@ -182,7 +182,8 @@ impl Tollgate {
             .await?)
     }
 
-    /// Sends a `webhook.test` event to one of the caller's endpoints.
+    /// Sends a `webhook.test` event to one of the caller's endpoints: a few
+    /// a minute (429 beyond), tried once (it says how the endpoint answers now).
     pub async fn send_test_webhook(
         &self,
         user: &User,
@@ -195,6 +196,7 @@ impl Tollgate {
                 message: format!("this endpoint is disabled: {why}"),
             });
         }
+        self.test_event_limits().check(user.id, endpoint.id)?;
         let at = Utc::now();
         let webhook_id = format!("test:{}", uuid::Uuid::new_v4());
         let body = serde_json::json!({

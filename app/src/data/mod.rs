@@ -134,8 +134,15 @@ pub async fn load_page_context() -> Result<PageContext, ServerFnError> {
     let mut flash = crate::server::flash::take().await;
     // A secret made by the last form post arrives in its own cookie, once.
     let headers = leptos_axum::extract::<axum::http::HeaderMap>().await?;
-    if let Some(secret) = crate::server::flash::secret_from(&headers) {
-        crate::server::flash::clear_secret(engine()?.config().secure_cookies);
+    let secure = engine()?.config().secure_cookies;
+    let secret = if crate::server::flash::has_secret(&headers, secure) {
+        crate::server::flash::clear_secret(secure);
+        let session = leptos_axum::extract::<tower_sessions::Session>().await?;
+        crate::server::flash::take_secret(&session, &headers, secure).await
+    } else {
+        None
+    };
+    if let Some(secret) = secret {
         match flash.as_mut() {
             Some(f) => f.secret = Some(secret),
             None => {

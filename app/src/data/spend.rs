@@ -183,6 +183,21 @@ pub struct BudgetView {
     pub dead_holds: i64,
     /// What the shown days settled (booked) in all.
     pub settled_total: String,
+    /// One person's share of today's cap, in percent and in dollars.
+    pub share_percent: u32,
+    pub share: String,
+    /// Who spent the most today, against their share.
+    pub spenders: Vec<SpenderRow>,
+}
+
+/// One person's spend today against their share of the cap.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct SpenderRow {
+    pub email: String,
+    pub spent: String,
+    pub attempts: i64,
+    /// Of their share, as a whole percentage (100 and over: used).
+    pub percent: u32,
 }
 
 #[cfg(feature = "ssr")]
@@ -406,6 +421,7 @@ pub async fn load_budget() -> Result<BudgetView, ServerFnError> {
     let to = today + chrono::Duration::days(7);
     let report = t.spend(from, to).await.map_err(fail)?;
     let history = t.budget_history(from, to).await.map_err(fail)?;
+    let (share, shares) = t.shares_on(today).await.map_err(fail)?;
     let (holds, _) = t
         .spend_attempts(&tollgate::spend::AttemptQuery {
             // Holds left standing on any day of the longest range a list takes.
@@ -485,5 +501,16 @@ pub async fn load_budget() -> Result<BudgetView, ServerFnError> {
         held_total: held_total.dollars(),
         dead_holds,
         settled_total: settled_total.dollars(),
+        share_percent: t.config().user_share_percent,
+        share: share.dollars(),
+        spenders: shares
+            .iter()
+            .map(|u| SpenderRow {
+                email: u.spender.email.to_string(),
+                spent: u.spender.spent_usd.dollars(),
+                attempts: u.spender.attempts,
+                percent: u.percent,
+            })
+            .collect(),
     })
 }

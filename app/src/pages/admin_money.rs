@@ -7,7 +7,7 @@
 use super::LoadError;
 use crate::data::{
     load_budget, load_overview, load_spend, BudgetView, ChangeRow, ChartBar, DayRow, HoldRow,
-    Overview, SpendAttemptRow, SpendFilters, SpendView, TallyRow, CHART_HEIGHT,
+    Overview, SpendAttemptRow, SpendFilters, SpendView, SpenderRow, TallyRow, CHART_HEIGHT,
 };
 use leptos::prelude::*;
 use leptos_meta::Title;
@@ -657,6 +657,17 @@ fn BudgetViewPage(b: BudgetView) -> impl IntoView {
                 </table>
             </div>
         </section>
+        <section class="card" data-testid="shares">
+            <h2 class="card-title">"People today"</h2>
+            <p class="small muted">
+                {format!("No one person's work may cost more than {}% of a day's cap: {} today. Past it, their new paid requests wait for tomorrow (refunded work counts: the provider was paid); everyone else's go on.", b.share_percent, b.share)}
+            </p>
+            {if b.spenders.is_empty() {
+                view! { <p class="empty">"Nobody's work has cost anything today."</p> }.into_any()
+            } else {
+                view! { <SpenderTable rows=b.spenders.clone() /> }.into_any()
+            }}
+        </section>
         <section class="card" data-testid="holds">
             <h2 class="card-title">"Reservations"</h2>
             <p class="small muted">
@@ -676,6 +687,54 @@ fn BudgetViewPage(b: BudgetView) -> impl IntoView {
                 view! { <History rows=b.history.clone() /> }.into_any()
             }}
         </section>
+    }
+}
+
+#[component]
+fn SpenderTable(rows: Vec<SpenderRow>) -> impl IntoView {
+    let body = rows
+        .into_iter()
+        .map(|r| {
+            let used = r.percent >= 100;
+            let near = !used && r.percent >= 80;
+            let label = format!("{}% of their share", r.percent);
+            let state = if used {
+                view! { <span class="badge badge-halted">"share used"</span> }.into_any()
+            } else if near {
+                view! { <span class="badge badge-warning">"near their share"</span> }.into_any()
+            } else {
+                view! { <span class="muted small">{label.clone()}</span> }.into_any()
+            };
+            view! {
+                <tr data-testid="spender">
+                    <td data-label="Person">{r.email.clone()}</td>
+                    <td class="num" data-label="Spent">{r.spent.clone()}</td>
+                    <td class="num" data-label="Calls">{r.attempts}</td>
+                    <td data-label="Of share">
+                        <div class="meter" role="img" aria-label=label>
+                            <span class="meter-fill" class:meter-warn=near class:meter-halted=used style=format!("width: {}%", r.percent.min(100))></span>
+                        </div>
+                    </td>
+                    <td data-label="Standing">{state}</td>
+                </tr>
+            }
+        })
+        .collect_view();
+    view! {
+        <div class="table-wrap">
+            <table class="table" data-testid="spenders">
+                <thead>
+                    <tr>
+                        <th scope="col">"Person"</th>
+                        <th scope="col" class="num">"Spent"</th>
+                        <th scope="col" class="num">"Calls"</th>
+                        <th scope="col">"Of their share"</th>
+                        <th scope="col">"Standing"</th>
+                    </tr>
+                </thead>
+                <tbody>{body}</tbody>
+            </table>
+        </div>
     }
 }
 

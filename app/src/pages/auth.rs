@@ -35,6 +35,7 @@ fn failure_words(code: &str) -> Option<&'static str> {
         "password" => "The password must be at least 10 characters (and at most 1,024).",
         "confirm" => "The two passwords do not match.",
         "done" => "Setup is already complete: an admin exists.",
+        "token" => "That is not the set-up token this server printed when it started. Copy it from the server's console: the line that starts “First-run set-up”.",
         "remote" => "Set up the first admin from this machine (http://127.0.0.1:…), or set TOLLGATE_PUBLIC_URL to where people reach Tollgate.",
         "form" => "The form could not be read; please try again.",
         _ => return None,
@@ -98,12 +99,19 @@ pub fn SetupPage() -> impl IntoView {
     let needed = Resource::new_blocking(|| (), |_| setup_needed());
     let ctx = Resource::new_blocking(|| (), |_| load_page_context());
     let (failed, echoed_email) = echoed();
+    // The address the server printed carries the token: nothing to copy.
+    let token = use_query_map()
+        .get_untracked()
+        .get("token")
+        .map(|t| t.chars().take(200).collect::<String>())
+        .unwrap_or_default();
     view! {
         <Title text="First-run setup" />
         <AuthCard title="Welcome to Tollgate" lede="Create the first admin account. This page disappears once an admin exists.">
             <Suspense fallback=|| ()>
                 {move || {
                     let echoed_email = echoed_email.clone();
+                    let token = token.clone();
                     Suspend::new(async move {
                     let needed = needed.await.unwrap_or(false);
                     let PageContext { flash, .. } = ctx.await.unwrap_or(PageContext { me: None, flash: None });
@@ -121,6 +129,11 @@ pub fn SetupPage() -> impl IntoView {
                         {failed.map(|m| view! { <div class="flash flash-error" role="alert"><p>{m}</p></div> })}
                         {flash.map(|f| view! { <FlashMessage flash=f /> })}
                         <form method="post" action="/setup" class="form">
+                            <div class="field">
+                                <label for="field-token">"Set-up token"</label>
+                                <input id="field-token" name="token" type="text" autocomplete="off" spellcheck="false" required value=token.clone() aria-describedby="field-token-hint" />
+                                <p class="hint" id="field-token-hint">"Printed by the server when it started, on the line that starts “First-run set-up”. It proves you run this server."</p>
+                            </div>
                             <div class="field">
                                 <label for="field-email">"Admin email"</label>
                                 <input id="field-email" name="email" type="email" autocomplete="username" required value=email />

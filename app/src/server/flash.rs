@@ -46,55 +46,108 @@ pub async fn take() -> Option<Flash> {
 
 /// A new secret (an API token, a webhook secret) goes to the page that
 /// shows it in a short-lived cookie of the browser's, never into the
-/// session row: the server keeps no copy. The page takes it and clears it.
-pub const SECRET_COOKIE: &str = "tollgate_once";
+/// session row: the server keeps no copy. The cookie is bound to the
+/// session that made the secret: it carries a nonce the session holds too,
+/// so a cookie planted from a sibling subdomain, or left for the next
+/// person on a shared browser, shows nothing (issue 29, 7). Over https its
+/// name has the `__Host-` prefix: only this host, over https, may set it.
+const SECRET_COOKIE: &str = "tollgate_once";
+const SECRET_COOKIE_HOST: &str = "__Host-tollgate_once";
+/// Where the session keeps the nonce of the secret on its way.
+const SECRET_NONCE_KEY: &str = "tollgate.once";
 /// How long the cookie lives if the page never comes.
 const SECRET_COOKIE_SECONDS: u32 = 120;
 
-/// A redirect to `to` carrying `secret` for the next page only.
-pub fn redirect_with_secret(to: &str, secret: &str, secure: bool) -> axum::response::Response {
-    use axum::http::{header, HeaderValue};
-    use axum::response::IntoResponse;
-    let mut response = axum::response::Redirect::to(to).into_response();
+fn secret_cookie(secure: bool) -> &'static str {
+    if secure {
+        SECRET_COOKIE_HOST
+    } else {
+        SECRET_COOKIE
+    }
+}
+
+fn secret_set_cookie(value: &str, max_age: u32, secure: bool) -> Option<axum::http::HeaderValue> {
     let cookie = format!(
-        "{SECRET_COOKIE}={secret}; Max-Age={SECRET_COOKIE_SECONDS}; Path=/; HttpOnly; SameSite=Strict{}",
+        "{}={value}; Max-Age={max_age}; Path=/; HttpOnly; SameSite=Strict{}",
+        secret_cookie(secure),
         if secure { "; Secure" } else { "" }
     );
-    if let Ok(v) = HeaderValue::from_str(&cookie) {
-        response.headers_mut().append(header::SET_COOKIE, v);
+    axum::http::HeaderValue::from_str(&cookie).ok()
+}
+
+/// A redirect to `to` carrying `secret` for the next page of this session.
+pub async fn redirect_with_secret(
+    session: &Session,
+    to: &str,
+    secret: &str,
+    secure: bool,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let nonce = uuid::Uuid::new_v4().simple().to_string();
+    if let Err(e) = session.insert(SECRET_NONCE_KEY, &nonce).await {
+        tracing::warn!(error = %e, "could not bind a new secret to the session");
+    }
+    let mut response = axum::response::Redirect::to(to).into_response();
+    if let Some(v) = secret_set_cookie(&format!("{nonce}.{secret}"), SECRET_COOKIE_SECONDS, secure)
+    {
+        response
+            .headers_mut()
+            .append(axum::http::header::SET_COOKIE, v);
     }
     response
 }
 
-/// The secret cookie's value, if it looks like one of ours.
-pub fn secret_from(headers: &axum::http::HeaderMap) -> Option<String> {
-    headers
+/// The secret on its way to this session's page, if the cookie holds one
+/// of ours under the nonce this session keeps. Either way the nonce is
+/// spent: a secret is shown once.
+pub async fn take_secret(
+    session: &Session,
+    headers: &axum::http::HeaderMap,
+    secure: bool,
+) -> Option<String> {
+    let (nonce, secret) = secret_from(headers, secure)?;
+    let kept: Option<String> = session.remove(SECRET_NONCE_KEY).await.ok().flatten();
+    (kept.as_deref() == Some(nonce.as_str())).then_some(secret)
+}
+
+/// The secret cookie's nonce and value, if they look like ours.
+fn secret_from(headers: &axum::http::HeaderMap, secure: bool) -> Option<(String, String)> {
+    let name = secret_cookie(secure);
+    let value = headers
         .get_all(axum::http::header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .filter_map(|c| c.trim().split_once('='))
-        .find(|(k, _)| *k == SECRET_COOKIE)
-        .map(|(_, v)| v.to_string())
-        .filter(|v| {
-            (v.starts_with("tg_") || v.starts_with("whsec_"))
-                && v.len() <= 200
-                && v.bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b"+/=_-".contains(&b))
-        })
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v.to_string())?;
+    let (nonce, secret) = value.split_once('.')?;
+    let nonce_ok = nonce.len() == 32 && nonce.bytes().all(|b| b.is_ascii_hexdigit());
+    let secret_ok = (secret.starts_with("tg_") || secret.starts_with("whsec_"))
+        && secret.len() <= 200
+        && secret
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"+/=_-".contains(&b));
+    (nonce_ok && secret_ok).then(|| (nonce.to_string(), secret.to_string()))
+}
+
+/// Whether the request carries a secret cookie at all (to clear it).
+pub fn has_secret(headers: &axum::http::HeaderMap, secure: bool) -> bool {
+    let name = secret_cookie(secure);
+    headers
+        .get_all(axum::http::header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .any(|c| c.trim().split_once('=').is_some_and(|(k, _)| k == name))
 }
 
 /// Clears the secret cookie on the response being rendered.
 pub fn clear_secret(secure: bool) {
-    use axum::http::{header, HeaderValue};
     let Some(response) = leptos::prelude::use_context::<leptos_axum::ResponseOptions>() else {
         return;
     };
-    let cookie = format!(
-        "{SECRET_COOKIE}=; Max-Age=0; Path=/; HttpOnly; SameSite=Strict{}",
-        if secure { "; Secure" } else { "" }
-    );
-    if let Ok(v) = HeaderValue::from_str(&cookie) {
-        response.append_header(header::SET_COOKIE, v);
+    if let Some(v) = secret_set_cookie("", 0, secure) {
+        response.append_header(axum::http::header::SET_COOKIE, v);
     }
 }

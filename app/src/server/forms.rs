@@ -3,13 +3,13 @@
 //! (post/redirect/get), so they work without JavaScript.
 
 use super::flash;
+use super::listen::ClientAddress;
 use axum::extract::rejection::FormRejection;
-use axum::extract::{ConnectInfo, Path, State};
+use axum::extract::{Path, State};
 use axum::response::Redirect;
 use axum::routing::post;
-use axum::{Form, Router};
+use axum::{Extension, Form, Router};
 use serde::Deserialize;
-use std::net::SocketAddr;
 use tollgate::auth::{begin_session, end_session, AdminOnly, AnyUser, Authorized};
 use tollgate::model::{ApiTokenId, Credits, JobId, Role, UserId};
 use tollgate::{Error, Tollgate};
@@ -66,6 +66,8 @@ fn safe_next(next: &str) -> &str {
 
 #[derive(Deserialize)]
 pub struct SetupForm {
+    #[serde(default)]
+    token: String,
     email: String,
     password: String,
     confirm: String,
@@ -73,20 +75,23 @@ pub struct SetupForm {
 
 async fn setup(
     State(t): State<Tollgate>,
-    ConnectInfo(addr): ConnectInfo<SocketAddr>,
+    Extension(ClientAddress(client)): Extension<ClientAddress>,
     session: Session,
     form: Result<Form<SetupForm>, FormRejection>,
 ) -> Redirect {
     // A fresh instance without a public URL is set up from this machine
     // only: whoever reaches it first over the network must not become admin.
-    if t.config().public_origin.is_none() && !addr.ip().is_loopback() {
+    if t.config().public_origin.is_none() && !client.is_loopback() {
         return Redirect::to("/setup?failed=remote");
     }
     let Form(f) = match form {
         Ok(f) => f,
         Err(_) => return Redirect::to("/setup?failed=form"),
     };
-    match t.complete_setup(&f.email, &f.password, &f.confirm).await {
+    match t
+        .complete_setup(&f.token, &f.email, &f.password, &f.confirm)
+        .await
+    {
         Ok(user) => {
             if let Err(e) = begin_session(&session, user.id).await {
                 return report(&session, e, "/login").await;
@@ -100,13 +105,19 @@ async fn setup(
         }
         Err(e) => {
             let failed = match &e {
+                Error::Invalid { fields, .. } if fields.contains_key("token") => "token",
                 Error::Invalid { fields, .. } if fields.contains_key("email") => "email",
                 Error::Invalid { fields, .. } if fields.contains_key("confirm") => "confirm",
                 Error::Invalid { .. } => "password",
                 Error::Conflict { .. } => "done",
                 _ => "form",
             };
-            Redirect::to(&auth_back("/setup", failed, &f.email, ""))
+            let mut back = auth_back("/setup", failed, &f.email, "");
+            if failed != "token" {
+                // Kept, so a mistyped password does not mean copying it again.
+                back.push_str(&format!("&token={}", encode(f.token.trim())));
+            }
+            Redirect::to(&back)
         }
     }
 }
@@ -121,7 +132,7 @@ pub struct LoginForm {
 
 async fn login(
     State(t): State<Tollgate>,
-    ConnectInfo(addr): ConnectInfo<SocketAddr>,
+    Extension(ClientAddress(client)): Extension<ClientAddress>,
     session: Session,
     form: Result<Form<LoginForm>, FormRejection>,
 ) -> Redirect {
@@ -129,7 +140,7 @@ async fn login(
         Ok(f) => f,
         Err(e) => return report(&session, unreadable(e), "/login").await,
     };
-    match t.login(&f.email, &f.password, Some(addr.ip())).await {
+    match t.login(&f.email, &f.password, Some(client)).await {
         Ok(user) => {
             if let Err(e) = begin_session(&session, user.id).await {
                 return report(&session, e, "/login").await;
@@ -254,7 +265,8 @@ async fn create_token(
                 token.name
             );
             flash::ok(&session, message).await;
-            flash::redirect_with_secret("/account", &secret, t.config().secure_cookies)
+            flash::redirect_with_secret(&session, "/account", &secret, t.config().secure_cookies)
+                .await
         }
         Err(e) => report(&session, e, "/account").await.into_response(),
     }

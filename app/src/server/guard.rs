@@ -1,6 +1,8 @@
-//! The two checks every request passes: who it is and whether their role
-//! may open the page (one table, `page_access`), and, for state-changing
-//! requests that ride on a cookie, that they come from our own pages.
+//! The checks every request passes: that it names a host this node answers
+//! for (a page using DNS rebinding names its own), who it is and whether
+//! their role may open the page (one table, `page_access`), and, for
+//! state-changing requests that ride on a cookie, that they come from our
+//! own pages.
 
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, Method, StatusCode, Uri};
@@ -131,6 +133,38 @@ fn url_escape(s: &str) -> String {
 /// else the Host it was sent to. Only `/v1` may be driven by an API token
 /// instead (a token carries no ambient authority); form routes and server
 /// functions are cookie-only, so a token header never skips the check.
+/// Refuses a request for a host name the node does not answer for
+/// (issue 29, 5): a stranger's page whose name was rebound to this node's
+/// address would otherwise read and post as if it were ours. Health checks
+/// answer anyone: they say nothing.
+pub async fn host_check(State(t): State<Tollgate>, req: Request, next: Next) -> Response {
+    let host = req
+        .headers()
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .map(str::to_string)
+        .or_else(|| req.uri().authority().map(|a| a.to_string()));
+    let config = t.config();
+    let allowed = match &host {
+        // HTTP/1.0 without a host: no browser sends that, so no page can.
+        None => true,
+        Some(host) => config
+            .exposure
+            .host_allowed(host, config.public_origin.as_deref()),
+    };
+    if allowed || matches!(req.uri().path(), "/healthz" | "/readyz") {
+        return next.run(req).await;
+    }
+    tollgate::Error::BadRequest {
+        status: 421,
+        code: "UNKNOWN_HOST",
+        message: "this server does not answer for that host name; its operator can add it \
+                  to TOLLGATE_ALLOWED_HOSTS or set TOLLGATE_PUBLIC_URL"
+            .into(),
+    }
+    .into_response()
+}
+
 pub async fn cross_site_check(State(t): State<Tollgate>, req: Request, next: Next) -> Response {
     // Only what can change state is checked; any other method goes on to
     // the router (which answers 405 where it has no such route).

@@ -77,7 +77,11 @@ pub fn router(tollgate: Tollgate) -> Router {
             tollgate.clone(),
             guard::role_guard,
         ))
-        .layer(tollgate::auth::session_layer(&tollgate));
+        .layer(tollgate::auth::session_layer(&tollgate))
+        .layer(axum::middleware::from_fn_with_state(
+            tollgate.clone(),
+            guard::host_check,
+        ));
     // A request that takes longer than this as a whole is answered 408.
     let app = app.layer(tower_http::timeout::TimeoutLayer::with_status_code(
         axum::http::StatusCode::REQUEST_TIMEOUT,

@@ -52,7 +52,7 @@ async fn with_secret(
     secret: &str,
 ) -> axum::response::Response {
     flash::ok(session, message).await;
-    flash::redirect_with_secret(BACK, secret, t.config().secure_cookies)
+    flash::redirect_with_secret(session, BACK, secret, t.config().secure_cookies).await
 }
 
 async fn add(

@@ -186,12 +186,48 @@ pub struct Review {
 }
 
 /// The photo at the size edits work at (`EDIT_SIDE_MAX` on the long side).
+/// The largest image any decode here takes, in pixels and on a side, and
+/// the memory one decode may allocate: what a person uploads is refused
+/// past these, and a provider's output (which nobody vetted) is never
+/// decoded past them either (issue 29, 8).
+pub const IMAGE_PIXELS_MAX: u64 = 40_000_000;
+pub const IMAGE_SIDE_MAX: u32 = 10_000;
+pub const DECODE_ALLOC_MAX: u64 = 512 * 1024 * 1024;
+
+/// The decoder's limits for any image we did not make ourselves.
+pub fn decode_limits() -> image::Limits {
+    let mut limits = image::Limits::default();
+    limits.max_image_width = Some(IMAGE_SIDE_MAX);
+    limits.max_image_height = Some(IMAGE_SIDE_MAX);
+    limits.max_alloc = Some(DECODE_ALLOC_MAX);
+    limits
+}
+
+/// Decodes an image (a photo, a mask, a provider's output) within
+/// `decode_limits`, at most the edit size: a larger one is reduced.
 pub fn decode(bytes: &[u8]) -> Result<RgbImage, String> {
     if let Some(img) = large_jpeg(bytes) {
         return Ok(img);
     }
-    let img =
-        image::load_from_memory(bytes).map_err(|e| format!("cannot decode the photo: {e}"))?;
+    let mut reader = image::ImageReader::new(Cursor::new(bytes))
+        .with_guessed_format()
+        .map_err(|e| format!("cannot read the image: {e}"))?;
+    reader.limits(decode_limits());
+    let (w, h) = reader
+        .into_dimensions()
+        .map_err(|e| format!("cannot decode the image: {e}"))?;
+    if u64::from(w) * u64::from(h) > IMAGE_PIXELS_MAX {
+        return Err(format!(
+            "the image is {w}×{h}, more than {IMAGE_PIXELS_MAX} pixels"
+        ));
+    }
+    let mut reader = image::ImageReader::new(Cursor::new(bytes))
+        .with_guessed_format()
+        .map_err(|e| format!("cannot read the image: {e}"))?;
+    reader.limits(decode_limits());
+    let img = reader
+        .decode()
+        .map_err(|e| format!("cannot decode the image: {e}"))?;
     let (w, h) = (img.width(), img.height());
     match edit_size(w, h) {
         Some((ew, eh)) => Ok(resized(&img.to_rgb8(), ew, eh)),
@@ -223,7 +259,12 @@ fn large_jpeg(bytes: &[u8]) -> Option<RgbImage> {
     d.read_info().ok()?;
     let info = d.info()?;
     let (w, h) = (u32::from(info.width), u32::from(info.height));
-    if info.pixel_format != jpeg_decoder::PixelFormat::RGB24 || w.max(h) < 2 * EDIT_SIDE_MAX {
+    let too_large = w.max(h) > IMAGE_SIDE_MAX || u64::from(w) * u64::from(h) > IMAGE_PIXELS_MAX;
+    if too_large
+        || info.pixel_format != jpeg_decoder::PixelFormat::RGB24
+        || w.max(h) < 2 * EDIT_SIDE_MAX
+    {
+        // Too large goes to the full decode, whose limits refuse it.
         return None;
     }
     let (ew, eh) = edit_size(w, h)?;
@@ -804,6 +845,28 @@ pub fn clip(prompt: &str, duration_s: u32, resolution: Resolution) -> Result<Vec
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 29, 8: a provider's output is decoded within the same limits
+    /// as an upload: a picture wider than any we take is refused from its
+    /// header (it compresses to a few hundred bytes), and nonsense is an
+    /// error, never a panic.
+    #[test]
+    fn outputs_past_the_limits_are_refused_unread() {
+        let wide = GrayImage::new(IMAGE_SIDE_MAX + 2_000, 4);
+        let mut png = Vec::new();
+        wide.write_to(&mut Cursor::new(&mut png), ImageFormat::Png)
+            .unwrap();
+        assert!(png.len() < 10_000, "{} bytes", png.len());
+        let refused = decode(&png).unwrap_err();
+        assert!(refused.contains("limit"), "{refused}");
+        assert!(decode(b"not an image at all").is_err());
+        assert!(decode(&[]).is_err());
+        let fine = GrayImage::new(40, 30);
+        let mut png = Vec::new();
+        fine.write_to(&mut Cursor::new(&mut png), ImageFormat::Png)
+            .unwrap();
+        assert_eq!(decode(&png).unwrap().dimensions(), (40, 30));
+    }
 
     /// The SIMD resize gives image's Triangle filter, up to rounding, up
     /// and down, on real photographs and on a provider's tiny answer.

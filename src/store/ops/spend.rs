@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::model::Usd;
-use chrono::NaiveDate;
+use chrono::{DateTime, NaiveDate, Utc};
 
 const LISTED_COLUMNS: &str = "a.id, a.job_id, a.purpose, a.provider, a.endpoint, a.model, a.attempt_no, \
      a.state, a.idempotency_key, a.provider_job_id, a.error_class, a.error, a.duration_ms, a.usage, \
@@ -175,6 +175,55 @@ impl Backend {
     }
 
     /// What may have been spent without a price, right now.
+    /// What `user`'s work has cost the studio on `day`: the settled cost of
+    /// each attempt counted on that day, or its hold while unsettled or
+    /// never priced (an unknown cost is never counted as nothing). Refunds
+    /// to the person do not lower it: the provider was paid. Only jobs
+    /// made since `since` are read (the person's own index).
+    pub async fn user_spend_on(
+        &self,
+        user: UserId,
+        day: NaiveDate,
+        since: DateTime<Utc>,
+    ) -> StoreResult<Usd> {
+        let usd: Option<Usd> = sqlx::query_scalar(
+            "SELECT SUM(COALESCE(a.settled_usd, a.hold_usd)) FROM jobs j \
+             JOIN attempts a ON a.job_id = j.id \
+             WHERE j.user_id = $1 AND j.created_at >= $2 AND a.budget_day = $3",
+        )
+        .bind(user.0)
+        .bind(since)
+        .bind(day)
+        .fetch_one(&self.reader)
+        .await?;
+        Ok(usd.unwrap_or(Usd::ZERO))
+    }
+
+    /// The people whose work cost the most on `day`, most first.
+    pub async fn top_spenders_on(&self, day: NaiveDate, n: i64) -> StoreResult<Vec<Spender>> {
+        let rows = sqlx::query(
+            "SELECT u.id, u.email, SUM(COALESCE(a.settled_usd, a.hold_usd)) AS usd, \
+             CAST(COUNT(*) AS BIGINT) AS attempts \
+             FROM attempts a JOIN jobs j ON j.id = a.job_id JOIN users u ON u.id = j.user_id \
+             WHERE a.budget_day = $1 AND a.hold_usd IS NOT NULL \
+             GROUP BY u.id, u.email ORDER BY usd DESC, u.email LIMIT $2",
+        )
+        .bind(day)
+        .bind(n)
+        .fetch_all(&self.reader)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(Spender {
+                    user_id: UserId(r.try_get("id")?),
+                    email: crate::model::Email::from_stored(r.try_get("email")?),
+                    spent_usd: r.try_get::<Option<Usd>, _>("usd")?.unwrap_or(Usd::ZERO),
+                    attempts: r.try_get("attempts")?,
+                })
+            })
+            .collect()
+    }
+
     pub async fn exposure(&self) -> StoreResult<Exposure> {
         let parked = sqlx::query(
             "SELECT CAST(COUNT(*) AS BIGINT) AS n, SUM(a.hold_usd) AS usd FROM attempts a JOIN jobs j ON j.id = a.job_id \

@@ -14,6 +14,8 @@ const DELIVERY_COLUMNS: &str = "d.id, d.webhook_id, d.endpoint_id, d.user_id, d.
      d.created_at, d.delivered_at, u.email AS user_email";
 /// An endpoint failing every try for this long is disabled.
 const FAILING_DAYS_MAX: i64 = 5;
+/// Posts to one URL in flight at once at most, across every dispatcher.
+pub const DELIVERIES_PER_URL_MAX: i64 = 4;
 
 /// `,generation.succeeded,generation.failed,`: matched with LIKE '%,e,%'.
 fn events_text(events: &[WebhookEvent]) -> String {
@@ -368,22 +370,37 @@ impl Backend {
         lease_s: f64,
     ) -> StoreResult<Vec<ClaimedDelivery>> {
         let mut tx = self.writer.begin().await?;
+        // Fair, not first come first served (issue 29, 3): each person's
+        // due deliveries take turns with everyone else's, and one address
+        // never has more than `DELIVERIES_PER_URL_MAX` posts in flight,
+        // counting those other dispatchers hold, so a receiver that never
+        // answers holds a few slots, not the node's.
         let sql = concat!(
-                "UPDATE webhook_deliveries SET lease_owner = $1, lease_expires_at = ",
-                now_plus_seconds!("$2"),
-                ", claim_token = claim_token + 1 \
-                 WHERE id IN (SELECT id FROM webhook_deliveries WHERE state = 'pending' AND next_at <= ",
-                now!(),
-                " AND (lease_expires_at IS NULL OR lease_expires_at < ",
-                now!(),
-                ") ORDER BY next_at LIMIT $3 ",
-                for_update_skip_locked!(),
-                ") RETURNING id"
+            "UPDATE webhook_deliveries SET lease_owner = $1, lease_expires_at = ",
+            now_plus_seconds!("$2"),
+            ", claim_token = claim_token + 1 \
+             WHERE id IN (SELECT id FROM webhook_deliveries WHERE id IN (\
+             SELECT r.id FROM (SELECT id, url, next_at, \
+             ROW_NUMBER() OVER (PARTITION BY url ORDER BY next_at, id) AS url_turn, \
+             ROW_NUMBER() OVER (PARTITION BY user_id ORDER BY next_at, id) AS user_turn \
+             FROM webhook_deliveries WHERE state = 'pending' AND next_at <= ",
+            now!(),
+            " AND (lease_expires_at IS NULL OR lease_expires_at < ",
+            now!(),
+            ")) r LEFT JOIN (SELECT url, COUNT(*) AS n FROM webhook_deliveries \
+             WHERE state = 'pending' AND lease_expires_at >= ",
+            now!(),
+            " GROUP BY url) busy ON busy.url = r.url \
+             WHERE r.url_turn + COALESCE(busy.n, 0) <= $4 \
+             ORDER BY r.user_turn, r.next_at LIMIT $3) ",
+            for_update_skip_locked!(),
+            ") RETURNING id"
         );
         let ids: Vec<uuid::Uuid> = sqlx::query_scalar(sql)
             .bind(owner)
             .bind(lease_s)
             .bind(n)
+            .bind(DELIVERIES_PER_URL_MAX)
             .fetch_all(&mut *tx)
             .await?;
         let mut out = Vec::with_capacity(ids.len());

@@ -2,6 +2,9 @@
 //! setting has a default that runs on a fresh machine; a bad one stops
 //! start-up with a `ConfigError` naming the setting.
 
+pub mod public;
+
+pub use public::{AllowedHosts, Exposure};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -92,6 +95,8 @@ pub struct Config {
     /// Past this share of its cap (percent), a day shows a warning and
     /// `/metrics` says so.
     pub spend_warning_percent: u32,
+    /// The most of a day's cap one person's work may cost, in percent.
+    pub user_share_percent: u32,
     /// Where the built site (CSS, wasm, static files) is served from.
     pub site_root: PathBuf,
     /// The models that may be called, their prices and runner policies,
@@ -109,6 +114,8 @@ pub struct Config {
     pub webhook_allow_public: bool,
     /// How long finished work's media, history and deliveries are kept.
     pub retention: Retention,
+    /// Connections, proxies, host names and set-up on a node strangers reach.
+    pub exposure: Exposure,
 }
 
 /// How long things are kept once nothing needs them (`None`: forever).
@@ -254,6 +261,7 @@ impl Config {
                     | "lease_seconds"
                     | "daily_cap_usd"
                     | "spend_warning_percent"
+                    | "user_share_percent"
                     | "webhook_allow_networks"
                     | "webhook_retry_schedule"
                     | "storage_quota_mb"
@@ -263,7 +271,7 @@ impl Config {
         }) {
             return Err(ConfigError::new(
                 "TOLLGATE_CONFIG",
-                format!("unknown setting {k:?}; known: models, checker, local, workers, lease_seconds, daily_cap_usd, spend_warning_percent, webhook_allow_networks, webhook_retry_schedule, storage_quota_mb, jobs_per_user_per_minute, jobs_burst_per_user"),
+                format!("unknown setting {k:?}; known: models, checker, local, workers, lease_seconds, daily_cap_usd, spend_warning_percent, user_share_percent, webhook_allow_networks, webhook_retry_schedule, storage_quota_mb, jobs_per_user_per_minute, jobs_burst_per_user"),
             ));
         }
         let models = crate::providers::config::parse(&file, &get)?;
@@ -280,6 +288,7 @@ impl Config {
                 "TOLLGATE_LEASE_SECONDS" => from_file("lease_seconds"),
                 "TOLLGATE_DAILY_CAP_USD" => from_file("daily_cap_usd"),
                 "TOLLGATE_SPEND_WARNING_PERCENT" => from_file("spend_warning_percent"),
+                "TOLLGATE_USER_SHARE_PERCENT" => from_file("user_share_percent"),
                 "TOLLGATE_WEBHOOK_ALLOW_NETWORKS" => from_file("webhook_allow_networks"),
                 "TOLLGATE_WEBHOOK_RETRY_SCHEDULE" => from_file("webhook_retry_schedule"),
                 "TOLLGATE_STORAGE_QUOTA_MB" => from_file("storage_quota_mb"),
@@ -417,6 +426,22 @@ impl Config {
                 })?,
         };
 
+        // Issue 29, 2: no one person may spend more than this share of a
+        // day's cap, so one loop of orders cannot pause everyone's work.
+        let user_share_percent = match non_empty("TOLLGATE_USER_SHARE_PERCENT") {
+            None => 50,
+            Some(v) => v
+                .parse::<u32>()
+                .ok()
+                .filter(|n| (1..=100).contains(n))
+                .ok_or_else(|| {
+                    ConfigError::new(
+                        "TOLLGATE_USER_SHARE_PERCENT",
+                        format!("{v:?} is not a number from 1 to 100"),
+                    )
+                })?,
+        };
+
         let site_root =
             PathBuf::from(non_empty("TOLLGATE_SITE_ROOT").unwrap_or_else(|| "target/site".into()));
 
@@ -479,6 +504,7 @@ impl Config {
             }
         };
         let retention = Retention::from_lookup(non_empty)?;
+        let exposure = Exposure::from_lookup(non_empty)?;
         if webhook_retry_schedule.len() > 50 {
             return Err(ConfigError::new(
                 "TOLLGATE_WEBHOOK_RETRY_SCHEDULE",
@@ -506,6 +532,7 @@ impl Config {
             lease_s,
             daily_cap_usd,
             spend_warning_percent,
+            user_share_percent,
             site_root,
             models,
             webhook_allow_networks,
@@ -513,6 +540,7 @@ impl Config {
             webhook_allow_public,
             storage_quota_bytes,
             retention,
+            exposure,
         })
     }
 }
