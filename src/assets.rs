@@ -106,6 +106,13 @@ fn inspect(bytes: &[u8], declared: Option<&str>) -> Result<(&'static str, u32, u
 }
 
 impl Tollgate {
+    /// A place to receive one upload of `user`'s, taken before its body is
+    /// read: 429 when they already send a few, a wait when the node reads
+    /// many bodies at once (issue 29, 9). Held until the upload is stored.
+    pub async fn begin_upload(&self, user: &User) -> Result<crate::limits::UploadSlot<'_>> {
+        self.inner_upload_slots().begin(user.id).await
+    }
+
     /// Stores an upload for `user`. The same bytes from the same person are
     /// the same asset.
     pub async fn upload_asset(

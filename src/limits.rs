@@ -142,3 +142,101 @@ impl TestEventLimits {
         self.per_user.retain_recent();
     }
 }
+
+/// Uploads being received (issue 29, 9): a body is read whole into memory
+/// (at most `ASSET_BYTES_MAX`) before it is decoded, so a person may send
+/// `UPLOADS_PER_USER` at once (429 beyond, before a byte of the body is
+/// read), and the node reads at most `UPLOADS_AT_ONCE` bodies at once (the
+/// rest wait): memory for uploads stays bounded whoever sends them.
+pub struct UploadSlots {
+    per_user: Mutex<std::collections::HashMap<UserId, usize>>,
+    bodies: std::sync::Arc<tokio::sync::Semaphore>,
+}
+
+pub const UPLOADS_PER_USER: usize = 3;
+pub const UPLOADS_AT_ONCE: usize = 16;
+
+/// One upload's place, given back on drop.
+pub struct UploadSlot<'a> {
+    slots: &'a UploadSlots,
+    user: UserId,
+    _body: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl Drop for UploadSlot<'_> {
+    fn drop(&mut self) {
+        let mut open = self.slots.per_user();
+        if let Some(n) = open.get_mut(&self.user) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&self.user);
+            }
+        }
+    }
+}
+
+impl Default for UploadSlots {
+    fn default() -> Self {
+        UploadSlots {
+            per_user: Mutex::new(std::collections::HashMap::new()),
+            bodies: std::sync::Arc::new(tokio::sync::Semaphore::new(UPLOADS_AT_ONCE)),
+        }
+    }
+}
+
+impl UploadSlots {
+    fn per_user(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<UserId, usize>> {
+        // Every change is one increment or decrement: a poisoned map is whole.
+        self.per_user.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A place for one more upload of `user`'s, or 429 when they already
+    /// send `UPLOADS_PER_USER`; waits for the node's body slots.
+    pub async fn begin(&self, user: UserId) -> Result<UploadSlot<'_>> {
+        {
+            let mut open = self.per_user();
+            let n = open.entry(user).or_insert(0);
+            if *n >= UPLOADS_PER_USER {
+                return Err(Error::RateLimited { retry_after_s: 1 });
+            }
+            *n += 1;
+        }
+        // Counted before the wait, so the guard gives it back if the wait
+        // is dropped (the client went away).
+        let mut pending = PendingUpload {
+            slots: self,
+            user: Some(user),
+        };
+        let body = self
+            .bodies
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|e| Error::Internal(e.to_string()))?;
+        pending.user = None;
+        Ok(UploadSlot {
+            slots: self,
+            user,
+            _body: body,
+        })
+    }
+}
+
+/// An upload counted for its person but still waiting for a body slot.
+struct PendingUpload<'a> {
+    slots: &'a UploadSlots,
+    user: Option<UserId>,
+}
+
+impl Drop for PendingUpload<'_> {
+    fn drop(&mut self) {
+        let Some(user) = self.user else { return };
+        let mut open = self.slots.per_user();
+        if let Some(n) = open.get_mut(&user) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&user);
+            }
+        }
+    }
+}

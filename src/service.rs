@@ -25,6 +25,8 @@ struct Inner {
     paid_limits: crate::limits::PaidLimits,
     /// Test webhook events per endpoint and person.
     test_event_limits: crate::limits::TestEventLimits,
+    /// Uploads being received, per person and in all.
+    upload_slots: crate::limits::UploadSlots,
     /// Wakes idle workers when a job is queued. It carries nothing: the
     /// database is the truth, and the sweeper rings anyway (rule 4).
     doorbell: Arc<tokio::sync::Notify>,
@@ -82,6 +84,7 @@ impl Tollgate {
                 login_limits,
                 paid_limits,
                 test_event_limits: Default::default(),
+                upload_slots: Default::default(),
                 doorbell: Arc::new(tokio::sync::Notify::new()),
                 webhook_bell: Arc::new(tokio::sync::Notify::new()),
                 decode_slots: Arc::new(tokio::sync::Semaphore::new(DECODES_MAX)),
@@ -200,6 +203,10 @@ impl Tollgate {
 
     pub fn config(&self) -> &Config {
         &self.inner.config
+    }
+
+    pub(crate) fn inner_upload_slots(&self) -> &crate::limits::UploadSlots {
+        &self.inner.upload_slots
     }
 
     pub(crate) fn test_event_limits(&self) -> &crate::limits::TestEventLimits {

@@ -32,6 +32,7 @@ both_backends!(
     internal_urls_are_refused_and_never_called,
     a_receiver_that_never_answers_holds_a_few_posts_and_others_go_first,
     test_events_are_few_and_tried_once,
+    a_rotated_account_secret_signs_beside_the_old_one,
 );
 
 /// One request the receiver got.
@@ -766,3 +767,38 @@ async fn test_events_are_few_and_tried_once(db: TestDb) {
 
 const TEST_EVENTS_QUEUED: usize =
     tollgate::limits::TEST_EVENTS_PER_ENDPOINT_PER_MINUTE as usize + 1;
+
+/// Issue 29, 7: the account secret (it signs deliveries to a job's own
+/// webhook_url) rotates like an endpoint's: a new one, and for a day both
+/// sign; a first rotation, before any secret was made, has nothing to keep.
+async fn a_rotated_account_secret_signs_beside_the_old_one(db: TestDb) {
+    let db = db.with_config(&config("50ms")).await;
+    let r = Receiver::start().await;
+    let u = person(&db, "own-rotate@example.com").await;
+    let first = db.tollgate.rotate_account_webhook_secret(&u).await.unwrap();
+    assert_eq!(db.tollgate.account_webhook_secret(&u).await.unwrap(), first);
+    let second = db.tollgate.rotate_account_webhook_secret(&u).await.unwrap();
+    assert_ne!(first, second);
+    assert_eq!(
+        db.tollgate.account_webhook_secret(&u).await.unwrap(),
+        second
+    );
+
+    let job = clip(&db, &u, "or1", Some(&r.url)).await;
+    db.tollgate.cancel_job(&u, job).await.unwrap();
+    let engine = tollgate::engine::start(db.tollgate.clone(), 4);
+    let got = r.wait_for(1).await;
+    until_state(&db, DeliveryState::Delivered).await;
+    engine.shutdown().await;
+    assert_eq!(
+        got[0].signature.split(' ').count(),
+        2,
+        "{}",
+        got[0].signature
+    );
+    assert!(verifies(&second, &got[0]), "the new secret verifies");
+    assert!(
+        verifies(&first, &got[0]),
+        "the old one still does, for a day"
+    );
+}

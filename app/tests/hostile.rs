@@ -3,8 +3,9 @@
 //! HTTP/2 preface are closed after a bounded time; one address cannot hold
 //! every connection; a request for a host name the node does not answer
 //! for (DNS rebinding) is refused; first-run set-up needs the token the
-//! server printed on its console; and a new secret's one-time cookie shows
-//! it only to the session that made it.
+//! server printed on its console; a new secret's one-time cookie shows it
+//! only to the session that made it; and one person's uploads are received
+//! a few at once.
 
 use reqwest::StatusCode;
 use std::io::{BufRead, BufReader};
@@ -404,4 +405,77 @@ async fn a_new_secret_shows_only_in_the_session_that_made_it(db: TestDb) {
     );
     let again = account_page(&s, &maker, &format!("{maker_session}; {once}")).await;
     assert!(!again.contains("id=\"new-secret\""), "shown twice");
+}
+
+/// A small real PNG.
+fn png() -> Vec<u8> {
+    let img = image::RgbImage::from_fn(16, 12, |x, y| image::Rgb([x as u8 * 9, y as u8 * 13, 90]));
+    let mut out = Vec::new();
+    img.write_to(&mut std::io::Cursor::new(&mut out), image::ImageFormat::Png)
+        .unwrap();
+    out
+}
+
+/// An upload's head and the first bytes of a long body, left waiting.
+async fn stalled_upload(s: &Server, token: &str) -> TcpStream {
+    let mut stream = TcpStream::connect(s.addr).await.unwrap();
+    let head = format!(
+        "POST /v1/assets HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {token}\r\n\
+         Content-Type: image/png\r\nContent-Length: 1000000\r\n\r\n",
+        s.addr
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(&png()[..8]).await.unwrap();
+    stream
+}
+
+async fn upload(s: &Server, token: &str) -> StatusCode {
+    reqwest::Client::new()
+        .post(format!("{}/v1/assets", s.base))
+        .bearer_auth(token)
+        .header("Content-Type", "image/png")
+        .body(png())
+        .timeout(Duration::from_secs(20))
+        .send()
+        .await
+        .unwrap()
+        .status()
+}
+
+/// Issue 29, 9: one person's uploads are received a few at once: past
+/// that, 429 before a byte of the body is read, while another person's go
+/// on; a place comes back when an upload ends, even one given up halfway.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_person_sends_a_few_uploads_at_once() {
+    let db = TestDb::sqlite().await;
+    let s = serve(&db.url, &db.dir, &[]).await;
+    let t = &db.tollgate;
+    let mut tokens = Vec::new();
+    for email in ["slow@example.com", "other@example.com"] {
+        let user = t
+            .add_user(email, tollgate::model::Role::User, PASSWORD)
+            .await
+            .unwrap();
+        tokens.push(t.create_api_token(&user, "uploads").await.unwrap().1);
+    }
+    let (slow, other) = (&tokens[0], &tokens[1]);
+    let mut stalled = Vec::new();
+    for _ in 0..tollgate::limits::UPLOADS_PER_USER {
+        stalled.push(stalled_upload(&s, slow).await);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(upload(&s, slow).await, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(upload(&s, other).await, StatusCode::CREATED);
+    // One given up halfway: its place comes back.
+    drop(stalled.pop());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let status = upload(&s, slow).await;
+        if status == StatusCode::CREATED {
+            break;
+        }
+        assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+        assert!(Instant::now() < deadline, "the place never came back");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }

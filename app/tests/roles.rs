@@ -279,6 +279,7 @@ async fn every_route_answers_each_role_as_it_should(db: TestDb) {
         ("/account/webhooks".into(), Role::User),
         (format!("/account/webhooks/{any}/test"), Role::User),
         (format!("/account/webhooks/{any}/rotate"), Role::User),
+        ("/account/webhook-secret/rotate".into(), Role::User),
         (format!("/account/webhooks/{any}/delete"), Role::User),
         (format!("/review/{any}/decide"), Role::Reviewer),
         (format!("/review/{any}/note"), Role::Reviewer),

@@ -44,6 +44,8 @@ fn asset_id(raw: &str) -> Result<AssetId> {
         (status = 413, description = "Too large, or a decompression bomb.", body = ErrorBody),
         (status = 415, description = "Not PNG, JPEG or WebP, or not what the header says.", body = ErrorBody),
         (status = 422, description = "An image that cannot be decoded.", body = ErrorBody),
+        (status = 429, description = "RATE_LIMITED: the caller already sends 3 uploads at once. Retry after the header's seconds.", body = ErrorBody,
+            headers(("Retry-After" = String, description = "seconds to wait"))),
     ),
     security(("bearer_token" = []), ("session_cookie" = []))
 )]
@@ -62,6 +64,7 @@ async fn upload_asset(
     if super::declared_length(&headers) > Some(ASSET_BYTES_MAX) {
         return Err(too_large());
     }
+    let _slot = t.begin_upload(who.user()).await?;
     let bytes: Bytes = axum::body::to_bytes(body, ASSET_BYTES_MAX)
         .await
         .map_err(|_| too_large())?;

@@ -28,6 +28,7 @@ pub fn router() -> OpenApiRouter<Tollgate> {
         .routes(routes!(send_test))
         .routes(routes!(replay_endpoint))
         .routes(routes!(account_secret))
+        .routes(routes!(rotate_account_secret))
         .routes(routes!(list_deliveries))
         .routes(routes!(replay_delivery))
 }
@@ -328,6 +329,24 @@ async fn account_secret(
     Ok(Json(SecretObject {
         secret: t.account_webhook_secret(who.user()).await?,
     }))
+}
+
+/// A new account secret, shown once; the previous one keeps signing
+/// deliveries to jobs' own `webhook_url`s beside it for 24 hours.
+#[utoipa::path(
+    post, path = "/webhook-secret/rotate", tag = "webhooks", operation_id = "rotate_account_webhook_secret",
+    responses(
+        (status = 201, description = "The new secret.", body = SecretObject),
+        (status = 401, description = "No valid token or session.", body = ErrorBody),
+    ),
+    security(("bearer_token" = []), ("session_cookie" = []))
+)]
+async fn rotate_account_secret(
+    State(t): State<Tollgate>,
+    who: Authorized<AnyUser>,
+) -> Result<(StatusCode, Json<SecretObject>)> {
+    let secret = t.rotate_account_webhook_secret(who.user()).await?;
+    Ok((StatusCode::CREATED, Json(SecretObject { secret })))
 }
 
 /// One delivery of one event to one target.

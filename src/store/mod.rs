@@ -632,6 +632,17 @@ impl Store {
         dispatch!(self, s => s.rotate_webhook_secret(id, user, secret, previous_expires_at).await)
     }
 
+    /// A new account secret; the previous keeps signing until `until`.
+    pub async fn rotate_account_webhook_secret(
+        &self,
+        user: UserId,
+        secret: &str,
+        until: DateTime<Utc>,
+        at: DateTime<Utc>,
+    ) -> StoreResult<()> {
+        dispatch!(self, s => s.rotate_account_webhook_secret(user, secret, until, at).await)
+    }
+
     /// A person's account secret, made with `candidate` on first use.
     pub async fn account_webhook_secret(
         &self,

@@ -174,6 +174,18 @@ impl Tollgate {
         Ok(CreatedEndpoint { endpoint, secret })
     }
 
+    /// A new account secret (it signs deliveries to a job's own
+    /// webhook_url); the previous one keeps signing beside it for 24 hours.
+    pub async fn rotate_account_webhook_secret(&self, user: &User) -> Result<String> {
+        let secret = signing::new_secret();
+        let now = Utc::now();
+        let until = now + chrono::Duration::hours(ROTATION_OVERLAP_HOURS);
+        self.store()
+            .rotate_account_webhook_secret(user.id, &secret, until, now)
+            .await?;
+        Ok(secret)
+    }
+
     /// The account secret that signs a job's own webhook_url (made on first use).
     pub async fn account_webhook_secret(&self, user: &User) -> Result<String> {
         Ok(self

@@ -81,10 +81,15 @@ fn MyWebhooksView(w: MyWebhooks) -> impl IntoView {
         {endpoints}
         <h3 class="action-title section-gap">"Recent deliveries"</h3>
         <DeliveryTable rows=w.deliveries.clone() admin=false />
-        <p class="small muted">
-            "A job's own " <code>"webhook_url"</code> " is signed with your account secret: "
-            <code>"GET /v1/webhook-secret"</code> "."
-        </p>
+        <div class="account-secret">
+            <p class="small muted">
+                "A job's own " <code>"webhook_url"</code> " is signed with your account secret: "
+                <code>"GET /v1/webhook-secret"</code> ". A new one is shown once; the old one keeps signing beside it for 24 hours."
+            </p>
+            <form method="post" action="/account/webhook-secret/rotate" class="inline-form">
+                <button type="submit" class="btn btn-small">"Rotate account secret"</button>
+            </form>
+        </div>
     }
 }
 

@@ -1,5 +1,5 @@
 //! Webhook form posts: a person adds, tests, rotates and deletes their
-//! endpoints (a new secret is shown once, in the flash); an admin replays
+//! endpoints and rotates their account secret (a new secret is shown once); an admin replays
 //! one delivery, or everything dead for an endpoint since a time.
 
 use super::flash;
@@ -21,6 +21,10 @@ pub fn router(tollgate: Tollgate) -> Router {
         .route("/account/webhooks", post(add))
         .route("/account/webhooks/{id}/test", post(test))
         .route("/account/webhooks/{id}/rotate", post(rotate))
+        .route(
+            "/account/webhook-secret/rotate",
+            post(rotate_account_secret),
+        )
         .route("/account/webhooks/{id}/delete", post(delete))
         .route("/admin/webhooks/{id}/replay", post(replay))
         .route("/admin/webhooks/endpoints/{id}/replay", post(replay_since))
@@ -130,6 +134,27 @@ async fn rotate(
                 &session,
                 "New secret made. For 24 hours deliveries carry signatures by both the old and the new one:".into(),
                 &made.secret,
+            )
+            .await
+        }
+        Err(e) => report(&session, e, BACK).await.into_response(),
+    }
+}
+
+/// A new account secret (it signs deliveries to a job's own webhook_url),
+/// shown once; the old one keeps signing beside it for 24 hours.
+async fn rotate_account_secret(
+    State(t): State<Tollgate>,
+    who: Authorized<AnyUser>,
+    session: Session,
+) -> axum::response::Response {
+    match t.rotate_account_webhook_secret(who.user()).await {
+        Ok(secret) => {
+            with_secret(
+                &t,
+                &session,
+                "New account secret made. For 24 hours deliveries to your jobs' own webhook URLs carry signatures by both the old and the new one:".into(),
+                &secret,
             )
             .await
         }

@@ -333,6 +333,30 @@ impl Backend {
         )
     }
 
+    /// A new account secret for `user`; the one it replaces (if any) keeps
+    /// signing until `until`.
+    pub async fn rotate_account_webhook_secret(
+        &self,
+        user: UserId,
+        secret: &str,
+        until: DateTime<Utc>,
+        at: DateTime<Utc>,
+    ) -> StoreResult<()> {
+        sqlx::query(
+            "INSERT INTO webhook_secrets (user_id, secret, created_at) VALUES ($1, $2, $3) \
+             ON CONFLICT (user_id) DO UPDATE SET previous_secret = webhook_secrets.secret, \
+             previous_expires_at = $4, secret = excluded.secret, created_at = excluded.created_at",
+        )
+        .bind(user.0)
+        .bind(secret)
+        .bind(at)
+        .bind(until)
+        .execute(&self.writer)
+        .await?;
+        self.committed(Purpose::Other, 1);
+        Ok(())
+    }
+
     /// A test event to one endpoint, outside any job.
     pub async fn insert_test_delivery(
         &self,
@@ -408,10 +432,12 @@ impl Backend {
             let sql = format!(
                 "SELECT {DELIVERY_COLUMNS}, d.claim_token, e.secret AS endpoint_secret, \
                  CASE WHEN e.previous_expires_at > {} THEN e.previous_secret END AS previous_secret, \
-                 s.secret AS account_secret \
+                 s.secret AS account_secret, \
+                 CASE WHEN s.previous_expires_at > {} THEN s.previous_secret END AS previous_account_secret \
                  FROM webhook_deliveries d JOIN users u ON u.id = d.user_id \
                  LEFT JOIN webhook_endpoints e ON e.id = d.endpoint_id \
                  LEFT JOIN webhook_secrets s ON s.user_id = d.user_id WHERE d.id = $1",
+                now!(),
                 now!()
             );
             let row = sqlx::query(&sql).bind(id).fetch_one(&mut *tx).await?;
@@ -425,9 +451,13 @@ impl Backend {
                 .flatten()
                 .collect()
             } else {
-                row.try_get::<Option<String>, _>("account_secret")?
-                    .into_iter()
-                    .collect()
+                [
+                    row.try_get::<Option<String>, _>("account_secret")?,
+                    row.try_get::<Option<String>, _>("previous_account_secret")?,
+                ]
+                .into_iter()
+                .flatten()
+                .collect()
             };
             out.push(ClaimedDelivery {
                 claim_token: row.try_get("claim_token")?,
