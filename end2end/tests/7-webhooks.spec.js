@@ -86,6 +86,14 @@ test.describe.serial('webhooks', () => {
       'webhook-signature': headers['webhook-signature'],
     });
     expect(verified.type).toBe('webhook.test');
+
+    // The account secret rotates too, and the new one is shown once.
+    await page.getByRole('button', { name: 'Rotate account secret' }).click();
+    await expect(page.getByRole('status').first()).toContainText('New account secret made');
+    await expect(page.locator('#new-secret')).toHaveText(/^whsec_/);
+    await shot(page, '51b-account-secret-rotated');
+    await page.reload();
+    await expect(page.locator('#new-secret')).toHaveCount(0);
   });
 
   test('an internal address is refused, and nothing is sent to it', async ({ page }) => {
