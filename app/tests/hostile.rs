@@ -19,6 +19,7 @@ use tollgate::testkit::TestDb;
 tollgate::both_backends!(
     set_up_needs_the_printed_token_and_a_known_host,
     a_new_secret_shows_only_in_the_session_that_made_it,
+    behind_a_trusted_proxy_a_guesser_slows_only_themselves,
 );
 
 const PASSWORD: &str = "correct horse battery";
@@ -478,4 +479,54 @@ async fn a_person_sends_a_few_uploads_at_once() {
         assert!(Instant::now() < deadline, "the place never came back");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+async fn login_from(s: &Server, forwarded_for: &str, password: &str) -> String {
+    let r = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+        .post(format!("{}/login", s.base))
+        .header("Origin", &s.base)
+        .header("X-Forwarded-For", forwarded_for)
+        .form(&[
+            ("email", "ana@example.com"),
+            ("password", password),
+            ("next", ""),
+        ])
+        .send()
+        .await
+        .unwrap();
+    r.headers()["location"].to_str().unwrap().to_string()
+}
+
+/// Issue 29, 6: behind the documented reverse proxy (its address in
+/// TOLLGATE_TRUSTED_PROXIES) every client arrives from the proxy's address;
+/// the client is what the proxy appended to X-Forwarded-For. A guesser's
+/// wrong passwords slow down that client, for that account, and nobody
+/// else: the person signs in from their own address meanwhile.
+async fn behind_a_trusted_proxy_a_guesser_slows_only_themselves(db: TestDb) {
+    let s = serve(
+        &db.url,
+        &db.dir,
+        &[("TOLLGATE_TRUSTED_PROXIES", "127.0.0.1")],
+    )
+    .await;
+    db.tollgate
+        .add_user("ana@example.com", tollgate::model::Role::User, PASSWORD)
+        .await
+        .unwrap();
+    // What the guesser wrote themselves sits left of what the proxy saw.
+    let guesser = "10.0.0.1, 203.0.113.7";
+    for _ in 0..5 {
+        let to = login_from(&s, guesser, "not the password!").await;
+        assert!(to.starts_with("/login?failed=credentials"), "{to}");
+    }
+    let to = login_from(&s, guesser, "not the password!").await;
+    assert!(to.starts_with("/login?failed=rate_limited"), "{to}");
+    // The guesser cannot dodge it by writing another address first.
+    let to = login_from(&s, "10.9.9.9, 203.0.113.7", PASSWORD).await;
+    assert!(to.starts_with("/login?failed=rate_limited"), "{to}");
+    // The person, through the same proxy, is not locked out.
+    assert_eq!(login_from(&s, "198.51.100.20", PASSWORD).await, "/edits");
 }
