@@ -165,13 +165,7 @@ pub struct UploadSlot<'a> {
 
 impl Drop for UploadSlot<'_> {
     fn drop(&mut self) {
-        let mut open = self.slots.per_user();
-        if let Some(n) = open.get_mut(&self.user) {
-            *n -= 1;
-            if *n == 0 {
-                open.remove(&self.user);
-            }
-        }
+        self.slots.release(self.user);
     }
 }
 
@@ -188,6 +182,17 @@ impl UploadSlots {
     fn per_user(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<UserId, usize>> {
         // Every change is one increment or decrement: a poisoned map is whole.
         self.per_user.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Gives back one of `user`'s places (an upload ended or was dropped).
+    fn release(&self, user: UserId) {
+        let mut open = self.per_user();
+        if let Some(n) = open.get_mut(&user) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&user);
+            }
+        }
     }
 
     /// A place for one more upload of `user`'s, or 429 when they already
@@ -230,13 +235,8 @@ struct PendingUpload<'a> {
 
 impl Drop for PendingUpload<'_> {
     fn drop(&mut self) {
-        let Some(user) = self.user else { return };
-        let mut open = self.slots.per_user();
-        if let Some(n) = open.get_mut(&user) {
-            *n -= 1;
-            if *n == 0 {
-                open.remove(&user);
-            }
+        if let Some(user) = self.user {
+            self.slots.release(user);
         }
     }
 }

@@ -235,40 +235,7 @@ async fn serve(config: Config, role: NodeRole) -> Result<(), Fatal> {
         announce_setup(&tollgate);
     }
 
-    let sessions = tollgate.store().session_backend();
-    tokio::spawn(async move {
-        use tower_sessions::session_store::ExpiredDeletion;
-        if let Err(e) = sessions
-            .continuously_delete_expired(std::time::Duration::from_secs(600))
-            .await
-        {
-            tracing::warn!(error = %e, "expired-session cleanup stopped");
-        }
-    });
-
-    // The sign-in limiters forget keys that recovered: bounded memory.
-    let limits = tollgate.clone();
-    tokio::spawn(async move {
-        let mut every_minute = tokio::time::interval(std::time::Duration::from_secs(60));
-        loop {
-            every_minute.tick().await;
-            limits.forget_idle_login_limits();
-        }
-    });
-
-    // Idempotency keys are kept for a week, then freed (README).
-    let keeper = tollgate.clone();
-    tokio::spawn(async move {
-        let mut every_hour = tokio::time::interval(std::time::Duration::from_secs(3600));
-        loop {
-            every_hour.tick().await;
-            match keeper.expire_idempotency_keys().await {
-                Ok(0) => {}
-                Ok(n) => tracing::info!(freed = n, "expired idempotency keys"),
-                Err(e) => tracing::warn!(error = %e, "expiring idempotency keys failed"),
-            }
-        }
-    });
+    spawn_housekeeping(&tollgate);
 
     let engine = match role {
         NodeRole::All | NodeRole::Worker => {
@@ -309,6 +276,45 @@ async fn serve(config: Config, role: NodeRole) -> Result<(), Fatal> {
     tollgate.store().close().await;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The node's periodic chores, each on its own task: expired sessions
+/// deleted, idle limiter keys forgotten, week-old idempotency keys freed.
+fn spawn_housekeeping(tollgate: &Tollgate) {
+    let sessions = tollgate.store().session_backend();
+    tokio::spawn(async move {
+        use tower_sessions::session_store::ExpiredDeletion;
+        if let Err(e) = sessions
+            .continuously_delete_expired(std::time::Duration::from_secs(600))
+            .await
+        {
+            tracing::warn!(error = %e, "expired-session cleanup stopped");
+        }
+    });
+
+    // The sign-in limiters forget keys that recovered: bounded memory.
+    let limits = tollgate.clone();
+    tokio::spawn(async move {
+        let mut every_minute = tokio::time::interval(std::time::Duration::from_secs(60));
+        loop {
+            every_minute.tick().await;
+            limits.forget_idle_login_limits();
+        }
+    });
+
+    // Idempotency keys are kept for a week, then freed (README).
+    let keeper = tollgate.clone();
+    tokio::spawn(async move {
+        let mut every_hour = tokio::time::interval(std::time::Duration::from_secs(3600));
+        loop {
+            every_hour.tick().await;
+            match keeper.expire_idempotency_keys().await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(freed = n, "expired idempotency keys"),
+                Err(e) => tracing::warn!(error = %e, "expiring idempotency keys failed"),
+            }
+        }
+    });
 }
 
 /// Prints where and with what token the first admin is made: the console

@@ -353,18 +353,20 @@ impl Config {
             }
         };
 
-        let per_minute = |var: &'static str, default: u32| -> Result<u32, ConfigError> {
+        // A whole number from 1 to `max`, or `default` when unset.
+        let number = |var: &'static str, default: u32, max: u32| -> Result<u32, ConfigError> {
             match non_empty(var) {
                 None => Ok(default),
                 Some(v) => v
                     .parse::<u32>()
                     .ok()
-                    .filter(|n| (1..=100_000).contains(n))
+                    .filter(|n| (1..=max).contains(n))
                     .ok_or_else(|| {
-                        ConfigError::new(var, format!("{v:?} is not a number from 1 to 100000"))
+                        ConfigError::new(var, format!("{v:?} is not a number from 1 to {max}"))
                     }),
             }
         };
+        let per_minute = |var: &'static str, default: u32| number(var, default, 100_000);
         let logins_per_account_per_minute =
             per_minute("TOLLGATE_LOGINS_PER_ACCOUNT_PER_MINUTE", 5)?;
         let logins_per_address_per_minute =
@@ -412,35 +414,10 @@ impl Config {
             })?,
         };
 
-        let spend_warning_percent = match non_empty("TOLLGATE_SPEND_WARNING_PERCENT") {
-            None => 80,
-            Some(v) => v
-                .parse::<u32>()
-                .ok()
-                .filter(|n| (1..=100).contains(n))
-                .ok_or_else(|| {
-                    ConfigError::new(
-                        "TOLLGATE_SPEND_WARNING_PERCENT",
-                        format!("{v:?} is not a number from 1 to 100"),
-                    )
-                })?,
-        };
-
+        let spend_warning_percent = number("TOLLGATE_SPEND_WARNING_PERCENT", 80, 100)?;
         // Issue 29, 2: no one person may spend more than this share of a
         // day's cap, so one loop of orders cannot pause everyone's work.
-        let user_share_percent = match non_empty("TOLLGATE_USER_SHARE_PERCENT") {
-            None => 50,
-            Some(v) => v
-                .parse::<u32>()
-                .ok()
-                .filter(|n| (1..=100).contains(n))
-                .ok_or_else(|| {
-                    ConfigError::new(
-                        "TOLLGATE_USER_SHARE_PERCENT",
-                        format!("{v:?} is not a number from 1 to 100"),
-                    )
-                })?,
-        };
+        let user_share_percent = number("TOLLGATE_USER_SHARE_PERCENT", 50, 100)?;
 
         let site_root =
             PathBuf::from(non_empty("TOLLGATE_SITE_ROOT").unwrap_or_else(|| "target/site".into()));

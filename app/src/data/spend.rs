@@ -208,6 +208,15 @@ mod convert {
     use tollgate::spend::SpendDay;
     use tollgate::store::AttemptListed;
 
+    pub fn spender_row(u: &tollgate::budget::ShareUse) -> SpenderRow {
+        SpenderRow {
+            email: u.spender.email.to_string(),
+            spent: u.spender.spent_usd.dollars(),
+            attempts: u.spender.attempts,
+            percent: u.percent,
+        }
+    }
+
     pub fn day_row(d: &SpendDay, emails: &HashMap<UserId, String>) -> DayRow {
         let booked = d.used_usd.plus(d.reserved_usd);
         let remaining = if booked >= d.cap_usd {
@@ -503,14 +512,6 @@ pub async fn load_budget() -> Result<BudgetView, ServerFnError> {
         settled_total: settled_total.dollars(),
         share_percent: t.config().user_share_percent,
         share: share.dollars(),
-        spenders: shares
-            .iter()
-            .map(|u| SpenderRow {
-                email: u.spender.email.to_string(),
-                spent: u.spender.spent_usd.dollars(),
-                attempts: u.spender.attempts,
-                percent: u.percent,
-            })
-            .collect(),
+        spenders: shares.iter().map(spender_row).collect(),
     })
 }

@@ -657,17 +657,7 @@ fn BudgetViewPage(b: BudgetView) -> impl IntoView {
                 </table>
             </div>
         </section>
-        <section class="card" data-testid="shares">
-            <h2 class="card-title">"People today"</h2>
-            <p class="small muted">
-                {format!("No one person's work may cost more than {}% of a day's cap: {} today. Past it, their new paid requests wait for tomorrow (refunded work counts: the provider was paid); everyone else's go on.", b.share_percent, b.share)}
-            </p>
-            {if b.spenders.is_empty() {
-                view! { <p class="empty">"Nobody's work has cost anything today."</p> }.into_any()
-            } else {
-                view! { <SpenderTable rows=b.spenders.clone() /> }.into_any()
-            }}
-        </section>
+        <SharesCard percent=b.share_percent share=b.share.clone() rows=b.spenders.clone() />
         <section class="card" data-testid="holds">
             <h2 class="card-title">"Reservations"</h2>
             <p class="small muted">
@@ -685,6 +675,24 @@ fn BudgetViewPage(b: BudgetView) -> impl IntoView {
                 view! { <p class="empty">"No cap set, halt or resume in these days."</p> }.into_any()
             } else {
                 view! { <History rows=b.history.clone() /> }.into_any()
+            }}
+        </section>
+    }
+}
+
+/// Who spent the most today against their share of the cap.
+#[component]
+fn SharesCard(percent: u32, share: String, rows: Vec<SpenderRow>) -> impl IntoView {
+    view! {
+        <section class="card" data-testid="shares">
+            <h2 class="card-title">"People today"</h2>
+            <p class="small muted">
+                {format!("No one person's work may cost more than {percent}% of a day's cap: {share} today. Past it, their new paid requests wait for tomorrow (refunded work counts: the provider was paid); everyone else's go on.")}
+            </p>
+            {if rows.is_empty() {
+                view! { <p class="empty">"Nobody's work has cost anything today."</p> }.into_any()
+            } else {
+                view! { <SpenderTable rows=rows /> }.into_any()
             }}
         </section>
     }

@@ -427,43 +427,23 @@ impl Backend {
             .bind(DELIVERIES_PER_URL_MAX)
             .fetch_all(&mut *tx)
             .await?;
+        // One statement for every claimed row: what to send and the secrets
+        // that sign it.
+        let sql = format!(
+            "SELECT {DELIVERY_COLUMNS}, d.claim_token, e.secret AS endpoint_secret, \
+             CASE WHEN e.previous_expires_at > {} THEN e.previous_secret END AS previous_secret, \
+             s.secret AS account_secret, \
+             CASE WHEN s.previous_expires_at > {} THEN s.previous_secret END AS previous_account_secret \
+             FROM webhook_deliveries d JOIN users u ON u.id = d.user_id \
+             LEFT JOIN webhook_endpoints e ON e.id = d.endpoint_id \
+             LEFT JOIN webhook_secrets s ON s.user_id = d.user_id WHERE d.id = $1",
+            now!(),
+            now!()
+        );
         let mut out = Vec::with_capacity(ids.len());
         for id in ids {
-            let sql = format!(
-                "SELECT {DELIVERY_COLUMNS}, d.claim_token, e.secret AS endpoint_secret, \
-                 CASE WHEN e.previous_expires_at > {} THEN e.previous_secret END AS previous_secret, \
-                 s.secret AS account_secret, \
-                 CASE WHEN s.previous_expires_at > {} THEN s.previous_secret END AS previous_account_secret \
-                 FROM webhook_deliveries d JOIN users u ON u.id = d.user_id \
-                 LEFT JOIN webhook_endpoints e ON e.id = d.endpoint_id \
-                 LEFT JOIN webhook_secrets s ON s.user_id = d.user_id WHERE d.id = $1",
-                now!(),
-                now!()
-            );
             let row = sqlx::query(&sql).bind(id).fetch_one(&mut *tx).await?;
-            let delivery = delivery_from_row(&row)?;
-            let secrets: Vec<String> = if delivery.endpoint_id.is_some() {
-                [
-                    row.try_get::<Option<String>, _>("endpoint_secret")?,
-                    row.try_get::<Option<String>, _>("previous_secret")?,
-                ]
-                .into_iter()
-                .flatten()
-                .collect()
-            } else {
-                [
-                    row.try_get::<Option<String>, _>("account_secret")?,
-                    row.try_get::<Option<String>, _>("previous_account_secret")?,
-                ]
-                .into_iter()
-                .flatten()
-                .collect()
-            };
-            out.push(ClaimedDelivery {
-                claim_token: row.try_get("claim_token")?,
-                delivery,
-                secrets,
-            });
+            out.push(claimed_from_row(&row)?);
         }
         tx.commit().await?;
         self.committed(Purpose::Other, 1 + out.len() as u64);
@@ -680,4 +660,28 @@ impl Backend {
             failing_by_class,
         })
     }
+}
+
+/// A claimed delivery and the secrets that sign it: the endpoint's (and its
+/// previous one, during a rotation), or for a job's own URL the account's
+/// (and its previous one).
+fn claimed_from_row(row: &Row) -> StoreResult<ClaimedDelivery> {
+    let delivery = delivery_from_row(row)?;
+    let (current, previous) = if delivery.endpoint_id.is_some() {
+        ("endpoint_secret", "previous_secret")
+    } else {
+        ("account_secret", "previous_account_secret")
+    };
+    let secrets = [
+        row.try_get::<Option<String>, _>(current)?,
+        row.try_get::<Option<String>, _>(previous)?,
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    Ok(ClaimedDelivery {
+        claim_token: row.try_get("claim_token")?,
+        delivery,
+        secrets,
+    })
 }
