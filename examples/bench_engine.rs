@@ -21,7 +21,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use tollgate::model::{Credits, JobStatus, Role};
 use tollgate::store::{Backend, User};
-use tollgate::testkit::TestDb;
+use tollgate_testkit::TestDb;
 
 fn arg(name: &str, default: &str) -> String {
     let args: Vec<String> = std::env::args().collect();
@@ -32,7 +32,7 @@ fn arg(name: &str, default: &str) -> String {
 }
 
 fn photo() -> Vec<u8> {
-    tollgate::testkit::photo_of_a_dog(64, 48)
+    tollgate_testkit::photo_of_a_dog(64, 48)
 }
 
 fn model_toml(base: &str, extra: &str) -> String {

@@ -18,7 +18,7 @@
 use std::time::{Duration, Instant};
 use tollgate::model::Role;
 use tollgate::store::Backend;
-use tollgate::testkit::TestDb;
+use tollgate_testkit::TestDb;
 
 const ATTEMPTS_PER_JOB: i64 = 5;
 const DAYS: i64 = 90;

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tollgate::model::{Credits, Role};
 use tollgate::store::Backend;
-use tollgate::testkit::TestDb;
+use tollgate_testkit::TestDb;
 
 const SECONDS_PER_RUN: u64 = 4;
 const CLIENTS: [usize; 3] = [1, 16, 64];

@@ -38,11 +38,13 @@ build_site() {
   cp -R "$ROOT/public/." "$SITE_ROOT/"
 }
 
-# Builds the server binaries with the given cargo profile flag ("" or --release).
+# Builds the server binaries with the given cargo profile flag ("" or --release),
+# in one cargo invocation: one feature set for both, so the dependencies they
+# share are built once (two invocations built most of them twice).
 build_server() {
   say "building the server ${1:-(debug)}"
-  (cd "$ROOT" && cargo build -p tollgate-app --features ssr --bin tollgate ${1:-} \
-    && cargo build -p tollgate --bin tollgate-mock-provider ${1:-})
+  (cd "$ROOT" && cargo build -p tollgate-app -p tollgate --features tollgate-app/ssr \
+    --bin tollgate --bin tollgate-mock-provider ${1:-})
 }
 
 # Starts a throwaway PostgreSQL from Debian's binaries, as the postgres user

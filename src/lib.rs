@@ -1,55 +1,38 @@
 //! Tollgate's engine: everything that is true without a web page.
 //!
-//! `model` is pure and compiles to wasm; everything else needs the `server`
-//! feature (on by default) and does I/O. The app crate uses this crate; this
-//! crate never uses the app.
+//! Layers, bottom first, each naming only those below it (`layers.rs`
+//! checks it): `model` (pure, compiles to wasm); `storage`, `config`, `net`;
+//! `store` (all SQL); `providers`; `wire` (what clients read); `usecases`
+//! (the `Tollgate` handle: what people and programs ask for); `engine` (the
+//! node that runs jobs); `api` (`/v1`). Everything but `model` needs the
+//! `server` feature (on by default). The app crate sits on top; this crate
+//! never uses it.
 
 pub mod model;
 
 #[cfg(feature = "server")]
-pub mod accounts;
-#[cfg(feature = "server")]
 pub mod api;
-#[cfg(feature = "server")]
-pub mod assets;
-#[cfg(feature = "server")]
-pub mod auth;
-#[cfg(feature = "server")]
-pub mod budget;
 #[cfg(feature = "server")]
 pub mod config;
 #[cfg(feature = "server")]
 pub mod engine;
 #[cfg(feature = "server")]
-pub mod error;
-#[cfg(feature = "server")]
-pub mod jobs;
-#[cfg(feature = "server")]
-pub mod ledger;
-#[cfg(feature = "server")]
-pub mod limits;
-#[cfg(feature = "server")]
-pub mod parked;
+pub mod net;
 #[cfg(feature = "server")]
 pub mod providers;
-#[cfg(feature = "server")]
-pub mod repairs;
-#[cfg(feature = "server")]
-pub mod retention;
-#[cfg(feature = "server")]
-pub mod service;
-#[cfg(feature = "server")]
-pub mod spend;
 #[cfg(feature = "server")]
 pub mod storage;
 #[cfg(feature = "server")]
 pub mod store;
 #[cfg(feature = "server")]
-pub mod testkit;
+pub mod usecases;
 #[cfg(feature = "server")]
-pub mod webhooks;
+pub mod wire;
+
+#[cfg(all(test, feature = "server"))]
+mod layers;
 
 #[cfg(feature = "server")]
-pub use error::{Error, Result};
+pub use usecases::Tollgate;
 #[cfg(feature = "server")]
-pub use service::Tollgate;
+pub use usecases::{Error, Result};

@@ -3,9 +3,9 @@
 
 use reqwest::StatusCode;
 use serde_json::{json, Value};
-use tollgate::both_backends;
 use tollgate::model::Role;
-use tollgate::testkit::TestDb;
+use tollgate_testkit::both_backends;
+use tollgate_testkit::TestDb;
 
 const PASSWORD: &str = "correct horse battery";
 
@@ -18,7 +18,7 @@ struct Server {
 
 async fn spawn(db: TestDb) -> Server {
     let t = db.tollgate.clone();
-    let app = tollgate::api::router(t.clone()).layer(tollgate::auth::session_layer(&t));
+    let app = tollgate::api::router(t.clone()).layer(tollgate::usecases::auth::session_layer(&t));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
@@ -454,7 +454,7 @@ async fn hostile_bodies_get_the_error_shape(db: TestDb) {
     assert_eq!(no_type.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
 
     let bearer = format!("Bearer {admin}");
-    let (status, too_big) = tollgate::testkit::declare_body(
+    let (status, too_big) = tollgate_testkit::declare_body(
         &path,
         "POST",
         &[

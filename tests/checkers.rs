@@ -7,11 +7,11 @@
 
 use serde_json::{json, Value};
 use std::time::Duration;
-use tollgate::both_backends;
 use tollgate::model::{Credits, JobId, JobStatus, Purpose, Role, Verdict};
 use tollgate::providers::mock::MockConfig;
 use tollgate::store::{Job, User};
-use tollgate::testkit::{MockServer, TestDb};
+use tollgate_testkit::both_backends;
+use tollgate_testkit::{MockServer, TestDb};
 
 async fn mock() -> MockServer {
     MockServer::start(MockConfig {
@@ -52,7 +52,7 @@ async fn edit(db: &TestDb, u: &User, key: &str, description: &str) -> JobId {
         .upload_asset(
             u,
             Some("image/png"),
-            tollgate::testkit::photo_of_a_dog(160, 120).into(),
+            tollgate_testkit::photo_of_a_dog(160, 120).into(),
         )
         .await
         .unwrap();

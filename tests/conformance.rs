@@ -6,8 +6,9 @@ use std::sync::Arc;
 use tokio::sync::Barrier;
 use tollgate::model::{Credits, LedgerEntryId, LedgerKind, Role, UserId};
 use tollgate::store::{NewLedgerEntry, StoreError};
-use tollgate::testkit::TestDb;
-use tollgate::{both_backends, Error};
+use tollgate::Error;
+use tollgate_testkit::both_backends;
+use tollgate_testkit::TestDb;
 
 const PASSWORD: &str = "correct horse battery";
 
@@ -206,7 +207,7 @@ async fn tokens_are_hashed_at_rest_and_revocable(db: TestDb) {
     let u = user(&db, "u@example.com", Role::User).await;
     let (token, secret) = db.tollgate.create_api_token(&u, "ci").await.unwrap();
     assert!(secret.starts_with("tg_"));
-    let hash = tollgate::auth::token_hash(&secret);
+    let hash = tollgate::usecases::auth::token_hash(&secret);
     let found = db
         .store()
         .user_by_token_hash(&hash, Utc::now())
@@ -250,7 +251,7 @@ async fn tokens_are_hashed_at_rest_and_revocable(db: TestDb) {
     // A disabled user's tokens stop working.
     let (_, secret2) = db.tollgate.create_api_token(&u, "second").await.unwrap();
     db.tollgate.set_disabled(&admin, u.id, true).await.unwrap();
-    let hash2 = tollgate::auth::token_hash(&secret2);
+    let hash2 = tollgate::usecases::auth::token_hash(&secret2);
     assert!(db
         .store()
         .user_by_token_hash(&hash2, Utc::now())
@@ -513,7 +514,7 @@ async fn logins_are_rate_limited_per_account_and_address(db: TestDb) {
     for r in racing {
         assert_eq!(r.await.unwrap().unwrap_err().code(), "INVALID_CREDENTIALS");
     }
-    let (cap, most) = tollgate::auth::argon2_at_once();
+    let (cap, most) = tollgate::usecases::auth::argon2_at_once();
     assert!(
         (1..=cap).contains(&most),
         "{most} argon2 runs at once, cap {cap}"
@@ -564,7 +565,7 @@ async fn assets_are_found_where_they_are_stored_in_one_lookup(db: TestDb) {
     let u = user(&db, "maker@example.com", Role::User).await;
     let mut uploaded = Vec::new();
     for (w, h) in [(64, 48), (48, 64)] {
-        let bytes = tollgate::testkit::photo_of_a_dog(w, h);
+        let bytes = tollgate_testkit::photo_of_a_dog(w, h);
         let a = db
             .tollgate
             .upload_asset(&u, Some("image/png"), bytes.into())

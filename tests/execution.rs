@@ -10,7 +10,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Barrier;
-use tollgate::both_backends;
 use tollgate::model::{
     AttemptEnd, AttemptId, AttemptState, CostSource, Credits, JobId, JobStatus, Progress,
     Purpose as AttemptPurpose, Readiness, Role, Usd,
@@ -19,7 +18,8 @@ use tollgate::store::{
     Applied, AttemptOutcome, BudgetChange, BudgetChangeKind, Claim, Finish, Hold, NewAttempt,
     NewParked, Op, ParkedStage, Store, Unit, User,
 };
-use tollgate::testkit::TestDb;
+use tollgate_testkit::both_backends;
+use tollgate_testkit::TestDb;
 
 async fn jobs(db: &TestDb, n: usize) -> (User, Vec<JobId>) {
     let t = &db.tollgate;

@@ -6,10 +6,10 @@ use reqwest::StatusCode;
 use serde_json::{json, Value};
 use std::sync::Arc;
 use tokio::sync::Barrier;
-use tollgate::both_backends;
 use tollgate::model::{Credits, JobStatus, Role};
 use tollgate::store::{Applied, Finish, Op, Unit, User};
-use tollgate::testkit::TestDb;
+use tollgate_testkit::both_backends;
+use tollgate_testkit::TestDb;
 
 const PASSWORD: &str = "correct horse battery";
 
@@ -503,7 +503,7 @@ async fn bad_submissions_change_nothing(db: TestDb) {
     );
 
     let bearer = format!("Bearer {token}");
-    let (status, body) = tollgate::testkit::declare_body(
+    let (status, body) = tollgate_testkit::declare_body(
         &a.url("/v1/jobs"),
         "POST",
         &[
@@ -757,7 +757,7 @@ async fn uploads_are_sniffed_bounded_and_private(db: TestDb) {
         "UNDECODABLE_IMAGE"
     );
     let bearer = format!("Bearer {token}");
-    let (status, body) = tollgate::testkit::declare_body(
+    let (status, body) = tollgate_testkit::declare_body(
         &a.url("/v1/assets"),
         "POST",
         &[("authorization", &bearer), ("content-type", "image/png")],
@@ -837,12 +837,12 @@ mod retention {
     use super::*;
     use chrono::{Duration, Utc};
     use tollgate::model::{AssetId, JobId, ParkedStage, Purpose};
-    use tollgate::parked::DecisionRequest;
-    use tollgate::retention::Purged;
     use tollgate::storage::ObjectKey;
     use tollgate::store::{Hold, NewAttempt, NewParked};
+    use tollgate::usecases::parked::DecisionRequest;
+    use tollgate::usecases::retention::Purged;
 
-    tollgate::both_backends!(
+    tollgate_testkit::both_backends!(
         retention_purges_what_nobody_needs_in_a_folder,
         retention_purges_what_nobody_needs_on_s3
     );
@@ -861,7 +861,7 @@ mod retention {
         "webhook_allow_networks = \"127.0.0.0/8\"\nwebhook_retry_schedule = \"1s\"\n";
 
     async fn upload(db: &TestDb, u: &User, w: u32) -> AssetId {
-        let png = tollgate::testkit::photo_of_a_dog(w, 48);
+        let png = tollgate_testkit::photo_of_a_dog(w, 48);
         db.tollgate
             .upload_asset(u, Some("image/png"), png.into())
             .await
@@ -1148,7 +1148,9 @@ mod fair_use {
     //! `Retry-After`, and nothing is charged; replays are never limited.
     use super::*;
 
-    tollgate::both_backends!(paid_requests_past_a_persons_burst_are_refused_and_charge_nothing);
+    tollgate_testkit::both_backends!(
+        paid_requests_past_a_persons_burst_are_refused_and_charge_nothing
+    );
 
     async fn paid_requests_past_a_persons_burst_are_refused_and_charge_nothing(db: TestDb) {
         let db = db

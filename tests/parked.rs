@@ -13,18 +13,18 @@ use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Barrier;
-use tollgate::both_backends;
 use tollgate::model::{
     AttemptId, AttemptState, Credits, JobId, JobStatus, ParkedStage, ParkedState,
     Purpose as AttemptPurpose, RecoveryState, ReviewAction, Role, Usd,
 };
-use tollgate::parked::DecisionRequest;
 use tollgate::providers::mock::MockConfig;
 use tollgate::store::{
     Applied, Claim, Finish, Hold, NewAttempt, NewParked, Op, Parked, Unit, User,
 };
-use tollgate::testkit::{MockServer, TestDb};
+use tollgate::usecases::parked::DecisionRequest;
 use tollgate::Error;
+use tollgate_testkit::both_backends;
+use tollgate_testkit::{MockServer, TestDb};
 
 both_backends!(
     uncertainty_needs_reconciliation_first,
@@ -789,7 +789,7 @@ async fn bulk_decides_each_matching_record_and_lists_the_skipped(db: TestDb) {
     t.decide(&p.reviewer, polling[0].id, &decision("resume_poll"))
         .await
         .unwrap();
-    let everything = tollgate::parked::ParkedQuery::default();
+    let everything = tollgate::usecases::parked::ParkedQuery::default();
     assert_eq!(t.parked_matching(&everything).await.unwrap().len(), 3);
     let out = t
         .decide_bulk(&p.reviewer, &everything, &decision("resume_poll"))
@@ -824,9 +824,9 @@ mod http {
     //! The API over HTTP: every action on every stage, allowed and refused;
     //! the reviewer recorded is the caller; roles and bad input.
     use super::*;
-    use tollgate::testkit::TestDb;
+    use tollgate_testkit::TestDb;
 
-    tollgate::both_backends!(every_action_on_every_stage_over_http);
+    tollgate_testkit::both_backends!(every_action_on_every_stage_over_http);
 
     fn body(action: ReviewAction) -> serde_json::Value {
         let mut b =
@@ -1953,7 +1953,7 @@ async fn the_queue_sorts_by_exposure_and_pages_through_it(db: TestDb) {
     let mut cursor = None;
     loop {
         let (page, next) = t
-            .parked_list(&tollgate::parked::ParkedQuery {
+            .parked_list(&tollgate::usecases::parked::ParkedQuery {
                 sort: Some("exposure".into()),
                 limit: Some(2),
                 cursor: cursor.clone(),
@@ -1978,14 +1978,14 @@ async fn the_queue_sorts_by_exposure_and_pages_through_it(db: TestDb) {
     assert_eq!(seen[1].0, made[3].0);
     // A cursor of one order is refused by the other.
     let (_, next) = t
-        .parked_list(&tollgate::parked::ParkedQuery {
+        .parked_list(&tollgate::usecases::parked::ParkedQuery {
             limit: Some(2),
             ..Default::default()
         })
         .await
         .unwrap();
     let e = t
-        .parked_list(&tollgate::parked::ParkedQuery {
+        .parked_list(&tollgate::usecases::parked::ParkedQuery {
             sort: Some("exposure".into()),
             cursor: next,
             ..Default::default()
@@ -1994,7 +1994,7 @@ async fn the_queue_sorts_by_exposure_and_pages_through_it(db: TestDb) {
         .unwrap_err();
     assert_eq!(code(&e), "INVALID_REQUEST");
     let e = t
-        .parked_list(&tollgate::parked::ParkedQuery {
+        .parked_list(&tollgate::usecases::parked::ParkedQuery {
             sort: Some("price".into()),
             ..Default::default()
         })
@@ -2003,7 +2003,7 @@ async fn the_queue_sorts_by_exposure_and_pages_through_it(db: TestDb) {
     assert_eq!(code(&e), "INVALID_REQUEST");
     // An empty sort is not a sort (the pages send none for the default).
     let e = t
-        .parked_list(&tollgate::parked::ParkedQuery {
+        .parked_list(&tollgate::usecases::parked::ParkedQuery {
             sort: Some(String::new()),
             ..Default::default()
         })
@@ -2035,7 +2035,7 @@ async fn bulk_new_attempts_show_their_costs_and_stop_where_the_day_has_no_room(d
     t.set_daily_cap(today, &cap.decimal().to_string(), Some(p.other_reviewer.id))
         .await
         .unwrap();
-    let q = tollgate::parked::ParkedQuery {
+    let q = tollgate::usecases::parked::ParkedQuery {
         stage: Some("generation_failed".into()),
         ..Default::default()
     };

@@ -6,14 +6,14 @@
 use chrono::Utc;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
-use tollgate::both_backends;
 use tollgate::model::AttemptState;
 use tollgate::model::{
     AttemptId, CostSource, Credits, JobId, JobStatus, Purpose as AttemptPurpose, Role, Usd,
 };
 use tollgate::providers::mock::MockConfig;
 use tollgate::store::{Hold, Job, NewAttempt, Op, ParkedFilter, ParkedStage, Unit, User};
-use tollgate::testkit::{MockServer, TestDb};
+use tollgate_testkit::both_backends;
+use tollgate_testkit::{MockServer, TestDb};
 
 /// A mock provider in this process on a free port.
 async fn mock(idempotency: bool, lookup: bool, latency_ms: u64, price: Option<&str>) -> MockServer {
@@ -45,7 +45,7 @@ fn model(id: &str, m: &MockServer, extra: &str) -> String {
 }
 
 fn photo() -> Vec<u8> {
-    tollgate::testkit::photo_of_a_dog(160, 120)
+    tollgate_testkit::photo_of_a_dog(160, 120)
 }
 
 async fn person(db: &TestDb) -> User {
@@ -1184,7 +1184,7 @@ async fn a_submit_503_is_uncertain_unless_the_model_says_otherwise(db: TestDb) {
 #[tokio::test]
 async fn lookup_answers_are_read_as_the_model_declares() {
     use axum::routing::get;
-    use tollgate::providers::config::{Models, ProviderKind};
+    use tollgate::config::models::{Models, ProviderKind};
     use tollgate::providers::{http::HttpProvider, Lookup, Provider};
     let app = axum::Router::new().route(
         "/v1/predictions",

@@ -9,10 +9,10 @@ use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Barrier;
-use tollgate::both_backends;
 use tollgate::model::{Credits, Role};
 use tollgate::store::User;
-use tollgate::testkit::TestDb;
+use tollgate_testkit::both_backends;
+use tollgate_testkit::TestDb;
 
 const PASSWORD: &str = "correct horse battery";
 
@@ -95,7 +95,7 @@ impl Api {
             .upload_asset(
                 u,
                 Some("image/png"),
-                tollgate::testkit::photo_of_a_dog(160, 120).into(),
+                tollgate_testkit::photo_of_a_dog(160, 120).into(),
             )
             .await
             .unwrap();

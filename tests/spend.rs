@@ -10,15 +10,15 @@ use serde_json::{json, Value};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tollgate::both_backends;
 use tollgate::model::{
     AttemptEnd, AttemptId, AttemptState, CostSource, Credits, JobId, JobStatus,
     Purpose as AttemptPurpose, Role, Usd,
 };
 use tollgate::providers::mock::MockConfig;
-use tollgate::spend::AttemptQuery;
 use tollgate::store::{AttemptOutcome, Claim, Hold, NewAttempt, Op, Unit, User};
-use tollgate::testkit::{MockServer, TestDb};
+use tollgate::usecases::spend::AttemptQuery;
+use tollgate_testkit::both_backends;
+use tollgate_testkit::{MockServer, TestDb};
 
 both_backends!(
     racing_paid_calls_with_retries_and_a_dearer_fallback_never_pass_the_cap,
@@ -72,7 +72,7 @@ async fn edits(db: &TestDb, u: &User, prefix: &str, n: usize) -> Vec<JobId> {
         .upload_asset(
             u,
             Some("image/png"),
-            tollgate::testkit::photo_of_a_dog(64, 48).into(),
+            tollgate_testkit::photo_of_a_dog(64, 48).into(),
         )
         .await
         .unwrap();
@@ -553,7 +553,7 @@ struct Api {
 
 async fn api(db: TestDb) -> Api {
     let t = db.tollgate.clone();
-    let app = tollgate::api::router(t.clone()).layer(tollgate::auth::session_layer(&t));
+    let app = tollgate::api::router(t.clone()).layer(tollgate::usecases::auth::session_layer(&t));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
@@ -741,7 +741,7 @@ async fn one_person_cannot_spend_more_than_their_share_of_the_day(db: TestDb) {
         .upload_asset(
             &ana,
             Some("image/png"),
-            tollgate::testkit::photo_of_a_dog(64, 48).into(),
+            tollgate_testkit::photo_of_a_dog(64, 48).into(),
         )
         .await
         .unwrap();

@@ -15,10 +15,10 @@ use serde_json::{json, Value};
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tollgate::both_backends;
 use tollgate::model::{Credits, DeliveryState, JobId, JobStatus, Role};
 use tollgate::store::{Delivery, DeliveryFilter, User};
-use tollgate::testkit::TestDb;
+use tollgate_testkit::both_backends;
+use tollgate_testkit::TestDb;
 
 both_backends!(
     a_delivery_verifies_and_its_retries_keep_the_id_and_body,
@@ -375,7 +375,7 @@ async fn a_rotation_signs_with_both_secrets(db: TestDb) {
     );
     assert!(verifies(&rotated.secret, &got[0]), "the new one does too");
     assert!(!verifies(
-        &tollgate::webhooks::signing::new_secret(),
+        &tollgate::usecases::webhooks::signing::new_secret(),
         &got[0]
     ));
 }
@@ -458,12 +458,12 @@ async fn two_dispatchers_never_post_one_row_at_once(db: TestDb) {
     let n = 40;
     queue_test_events(&db, &made.endpoint, n).await;
     let (stop, stopped) = tokio::sync::watch::channel(false);
-    let a = tokio::spawn(tollgate::webhooks::dispatcher::run(
+    let a = tokio::spawn(tollgate::usecases::webhooks::dispatcher::run(
         db.tollgate.clone(),
         "node-a".into(),
         stopped.clone(),
     ));
-    let b = tokio::spawn(tollgate::webhooks::dispatcher::run(
+    let b = tokio::spawn(tollgate::usecases::webhooks::dispatcher::run(
         db.tollgate.clone(),
         "node-b".into(),
         stopped,
@@ -506,7 +506,7 @@ async fn a_crash_after_posting_sends_again_under_the_same_id(db: TestDb) {
     tokio::time::sleep(Duration::from_millis(1200)).await;
     // Another node takes it over when the lease runs out, and posts it.
     let (stop, stopped) = tokio::sync::watch::channel(false);
-    let live = tokio::spawn(tollgate::webhooks::dispatcher::run(
+    let live = tokio::spawn(tollgate::usecases::webhooks::dispatcher::run(
         db.tollgate.clone(),
         "live-node".into(),
         stopped,
@@ -514,8 +514,8 @@ async fn a_crash_after_posting_sends_again_under_the_same_id(db: TestDb) {
     r.wait_for(1).await;
     until_state(&db, DeliveryState::Delivered).await;
     // The dead node's post happens late, its record is refused.
-    let http = tollgate::webhooks::dispatcher::client(&db.tollgate);
-    tollgate::webhooks::dispatcher::deliver(&db.tollgate, &http, first).await;
+    let http = tollgate::usecases::webhooks::dispatcher::client(&db.tollgate);
+    tollgate::usecases::webhooks::dispatcher::deliver(&db.tollgate, &http, first).await;
     let _ = stop.send(true);
     live.await.unwrap();
     let got = r.got();
@@ -678,7 +678,7 @@ async fn a_receiver_that_never_answers_holds_a_few_posts_and_others_go_first(db:
     let dispatchers: Vec<_> = ["node-a", "node-b"]
         .into_iter()
         .map(|node| {
-            tokio::spawn(tollgate::webhooks::dispatcher::run(
+            tokio::spawn(tollgate::usecases::webhooks::dispatcher::run(
                 db.tollgate.clone(),
                 node.into(),
                 stopped.clone(),
@@ -721,7 +721,7 @@ async fn test_events_are_few_and_tried_once(db: TestDb) {
         .create_webhook_endpoint(&u, &format!("{}?second", r.url), &[])
         .await
         .unwrap();
-    for _ in 0..tollgate::limits::TEST_EVENTS_PER_ENDPOINT_PER_MINUTE {
+    for _ in 0..tollgate::usecases::limits::TEST_EVENTS_PER_ENDPOINT_PER_MINUTE {
         db.tollgate
             .send_test_webhook(&u, first.endpoint.id)
             .await
@@ -740,7 +740,7 @@ async fn test_events_are_few_and_tried_once(db: TestDb) {
     assert_eq!(deliveries(&db).await.len(), queued);
 
     let (stop, stopped) = tokio::sync::watch::channel(false);
-    let d = tokio::spawn(tollgate::webhooks::dispatcher::run(
+    let d = tokio::spawn(tollgate::usecases::webhooks::dispatcher::run(
         db.tollgate.clone(),
         "node".into(),
         stopped,
@@ -766,7 +766,7 @@ async fn test_events_are_few_and_tried_once(db: TestDb) {
 }
 
 const TEST_EVENTS_QUEUED: usize =
-    tollgate::limits::TEST_EVENTS_PER_ENDPOINT_PER_MINUTE as usize + 1;
+    tollgate::usecases::limits::TEST_EVENTS_PER_ENDPOINT_PER_MINUTE as usize + 1;
 
 /// Issue 29, 7: the account secret (it signs deliveries to a job's own
 /// webhook_url) rotates like an endpoint's: a new one, and for a day both

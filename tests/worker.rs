@@ -5,7 +5,6 @@
 use chrono::{NaiveDate, Utc};
 use serde_json::{json, Value};
 use std::time::Duration;
-use tollgate::both_backends;
 use tollgate::model::{
     AttemptEnd, AttemptId, AttemptState, CostSource, Credits, JobId, JobStatus, Progress,
     Purpose as AttemptPurpose, Readiness, Role, Usd, Verdict,
@@ -14,10 +13,11 @@ use tollgate::store::{
     Applied, AttemptOutcome, BudgetChange, BudgetChangeKind, Claim, Hold, Job, NewAttempt, Op,
     Purpose, Unit, User,
 };
-use tollgate::testkit::TestDb;
+use tollgate_testkit::both_backends;
+use tollgate_testkit::TestDb;
 
 fn photo() -> Vec<u8> {
-    tollgate::testkit::photo_of_a_dog(160, 120)
+    tollgate_testkit::photo_of_a_dog(160, 120)
 }
 
 fn empty_mask() -> Vec<u8> {

@@ -1,6 +1,6 @@
 //! The document shell, the router, and the layout every page shares.
 
-use crate::data::{load_page_context, Flash, FlashKind, Me, PageContext};
+use crate::data::{load_page_context, Me, PageContext};
 use crate::pages::*;
 use leptos::prelude::*;
 use leptos_meta::{provide_meta_context, MetaTags, Stylesheet, Title};
@@ -200,29 +200,5 @@ fn TopBar(me: Option<Me>) -> impl IntoView {
                 })}
             </div>
         </header>
-    }
-}
-
-#[component]
-pub fn RoleBadge(role: Role) -> impl IntoView {
-    view! { <span class=format!("badge badge-{}", role.as_str())>{role.label()}</span> }
-}
-
-#[component]
-pub fn FlashMessage(flash: Flash) -> impl IntoView {
-    let (class, role) = match flash.kind {
-        FlashKind::Ok => ("flash flash-ok", "status"),
-        FlashKind::Error => ("flash flash-error", "alert"),
-    };
-    view! {
-        <div class=class role=role>
-            <p>{flash.message}</p>
-            {flash.secret.map(|s| view! {
-                <div class="secret">
-                    <code id="new-secret">{s}</code>
-                    <p class="hint">"Copy it now: it will not be shown again."</p>
-                </div>
-            })}
-        </div>
     }
 }

@@ -264,7 +264,7 @@ async fn serve(config: Config, role: NodeRole) -> Result<(), Fatal> {
         // A worker node runs jobs and answers health checks.
         NodeRole::Worker => tollgate::api::ops_router(tollgate.clone()),
     };
-    tracing::info!(%listen, ?role, backend = ?tollgate.store().backend(), "Tollgate is listening on http://{listen}");
+    tracing::info!(%listen, ?role, backend = ?tollgate.backend(), "Tollgate is listening on http://{listen}");
     let limits = tollgate.config().exposure.clone();
     tollgate_app::server::listen::serve(listener, app, &limits, shutdown_signal())
         .await
@@ -273,7 +273,7 @@ async fn serve(config: Config, role: NodeRole) -> Result<(), Fatal> {
         // Stop claiming; jobs held between steps go back to the queue.
         engine.shutdown().await;
     }
-    tollgate.store().close().await;
+    tollgate.close().await;
     tracing::info!("stopped");
     Ok(())
 }
@@ -281,7 +281,7 @@ async fn serve(config: Config, role: NodeRole) -> Result<(), Fatal> {
 /// The node's periodic chores, each on its own task: expired sessions
 /// deleted, idle limiter keys forgotten, week-old idempotency keys freed.
 fn spawn_housekeeping(tollgate: &Tollgate) {
-    let sessions = tollgate.store().session_backend();
+    let sessions = tollgate.session_backend();
     tokio::spawn(async move {
         use tower_sessions::session_store::ExpiredDeletion;
         if let Err(e) = sessions

@@ -8,10 +8,10 @@
 use serde_json::json;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-use tollgate::both_backends;
 use tollgate::model::AttemptState;
 use tollgate::model::{Credits, JobId, JobStatus, Role, Usd};
-use tollgate::testkit::TestDb;
+use tollgate_testkit::both_backends;
+use tollgate_testkit::TestDb;
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -77,7 +77,7 @@ async fn serve_as(db: &TestDb, config: Option<&std::path::Path>, role: &str) -> 
 }
 
 fn photo() -> Vec<u8> {
-    tollgate::testkit::photo_of_a_dog(240, 180)
+    tollgate_testkit::photo_of_a_dog(240, 180)
 }
 
 both_backends!(

@@ -14,9 +14,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
-use tollgate::testkit::TestDb;
+use tollgate_testkit::TestDb;
 
-tollgate::both_backends!(
+tollgate_testkit::both_backends!(
     set_up_needs_the_printed_token_and_a_known_host,
     a_new_secret_shows_only_in_the_session_that_made_it,
     behind_a_trusted_proxy_a_guesser_slows_only_themselves,
@@ -461,7 +461,7 @@ async fn a_person_sends_a_few_uploads_at_once() {
     }
     let (slow, other) = (&tokens[0], &tokens[1]);
     let mut stalled = Vec::new();
-    for _ in 0..tollgate::limits::UPLOADS_PER_USER {
+    for _ in 0..tollgate::usecases::limits::UPLOADS_PER_USER {
         stalled.push(stalled_upload(&s, slow).await);
     }
     tokio::time::sleep(Duration::from_millis(300)).await;

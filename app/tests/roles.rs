@@ -12,9 +12,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use tollgate::model::{Credits, Role};
 use tollgate::store::User;
-use tollgate::testkit::TestDb;
+use tollgate_testkit::TestDb;
 
-tollgate::both_backends!(
+tollgate_testkit::both_backends!(
     every_route_answers_each_role_as_it_should,
     sessions_end_when_they_must,
     pages_are_never_stored_by_a_cache,
@@ -147,7 +147,7 @@ async fn every_route_answers_each_role_as_it_should(db: TestDb) {
         .upload_asset(
             &owner.user,
             Some("image/png"),
-            tollgate::testkit::photo_of_a_dog(64, 48).into(),
+            tollgate_testkit::photo_of_a_dog(64, 48).into(),
         )
         .await
         .unwrap();

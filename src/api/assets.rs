@@ -1,11 +1,11 @@
 //! `POST /v1/assets` (raw image bytes) and reading an asset back, only to
 //! its owner, reviewers and admins. Nothing is served from a public URL.
 
-use super::objects::{AssetObject, ErrorBody};
-use crate::assets::ASSET_BYTES_MAX;
-use crate::auth::{AnyUser, Authorized};
-use crate::error::{Error, Result};
 use crate::model::AssetId;
+use crate::usecases::assets::ASSET_BYTES_MAX;
+use crate::usecases::auth::{AnyUser, Authorized};
+use crate::usecases::error::{Error, Result};
+use crate::wire::{AssetObject, ErrorBody};
 use crate::Tollgate;
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Path, State};

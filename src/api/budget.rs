@@ -1,10 +1,10 @@
 //! Admin: `GET|PUT /v1/budget/{day}`, `POST /v1/budget/{day}/halt|resume`.
 
-use super::objects::{BudgetDayObject, ErrorBody};
 use super::ApiJson;
-use crate::auth::{AdminOnly, Authorized};
-use crate::budget::parse_day;
-use crate::error::Result;
+use crate::usecases::auth::{AdminOnly, Authorized};
+use crate::usecases::budget::parse_day;
+use crate::usecases::error::Result;
+use crate::wire::{BudgetDayObject, ErrorBody};
 use crate::Tollgate;
 use axum::extract::{Path, State};
 use axum::Json;

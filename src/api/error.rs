@@ -2,7 +2,7 @@
 //! `{"error": {"code", "message", "details"}}`. 500s are logged with their
 //! cause and answered without it.
 
-use crate::error::Error;
+use crate::usecases::error::Error;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;

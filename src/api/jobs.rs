@@ -1,17 +1,17 @@
 //! `/v1/jobs`, `/v1/quote` and `/v1/catalogue`: each handler and its
 //! OpenAPI operation in one place.
 
-use super::objects::{
-    AttemptList, AttemptObject, ErrorBody, EventList, EventObject, JobObject, JobPage, QuoteObject,
-};
 use super::ApiJson;
-use crate::auth::{AnyUser, Authorized};
-use crate::error::{Error, Result};
 use crate::model::{
     JobId, JobKind, JobStatus, LineageState, RawImageEdit, RawVideo, Resolution, Strength,
     TargetKind, Usd, STYLES,
 };
 use crate::store::{Attempt, Job};
+use crate::usecases::auth::{AnyUser, Authorized};
+use crate::usecases::error::{Error, Result};
+use crate::wire::{
+    AttemptList, AttemptObject, ErrorBody, EventList, EventObject, JobObject, JobPage, QuoteObject,
+};
 use crate::Tollgate;
 use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
@@ -69,7 +69,10 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<&str>> {
 
 /// 201 with `Location` for a new job, 202 with `Idempotent-Replayed` for
 /// the one made earlier under the key.
-async fn submitted(t: &Tollgate, submission: crate::jobs::Submission) -> Result<Response> {
+async fn submitted(
+    t: &Tollgate,
+    submission: crate::usecases::jobs::Submission,
+) -> Result<Response> {
     // A job made just now has no attempts; only a replay needs to look.
     let attempts = if submission.created {
         Vec::new()

@@ -1,7 +1,7 @@
 //! `ApiJson<T>`: axum's `Json` with its rejections in our error shape.
 //! Bodies are `deny_unknown_fields` structs, so an unknown field is a 422.
 
-use crate::error::Error;
+use crate::usecases::error::Error;
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{FromRequest, Request};
 use axum::Json;

@@ -1,8 +1,8 @@
 //! `GET /v1/me` and `GET /v1/credits`: who the caller is, and their credits.
 
-use super::objects::{CreditsObject, ErrorBody, LedgerEntryObject, MeObject};
-use crate::auth::{AnyUser, Authorized};
-use crate::error::Result;
+use crate::usecases::auth::{AnyUser, Authorized};
+use crate::usecases::error::Result;
+use crate::wire::{CreditsObject, ErrorBody, LedgerEntryObject, MeObject};
 use crate::Tollgate;
 use axum::extract::State;
 use axum::Json;

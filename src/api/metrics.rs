@@ -4,10 +4,12 @@
 //! parked work by stage and age, this node's claim conflicts, and its
 //! database commits and statements by purpose.
 
+use crate::store::MetricsSnapshot;
 use crate::Tollgate;
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
+use chrono::{DateTime, Utc};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -41,15 +43,15 @@ fn micros(usd: crate::model::Usd) -> i64 {
     get, path = "/metrics", tag = "operations", operation_id = "metrics",
     responses(
         (status = 200, description = "The metrics.", content_type = "application/openmetrics-text", body = String),
-        (status = 401, description = "No valid token or session.", body = crate::api::objects::ErrorBody),
-        (status = 403, description = "Not an admin.", body = crate::api::objects::ErrorBody),
+        (status = 401, description = "No valid token or session.", body = crate::wire::ErrorBody),
+        (status = 403, description = "Not an admin.", body = crate::wire::ErrorBody),
         (status = 503, description = "The database does not answer.", content_type = "text/plain", body = String),
     ),
     security(("bearer_token" = []), ("session_cookie" = []))
 )]
 pub async fn metrics(
     State(t): State<Tollgate>,
-    _admin: crate::auth::Authorized<crate::auth::AdminOnly>,
+    _admin: crate::usecases::auth::Authorized<crate::usecases::auth::AdminOnly>,
 ) -> Response {
     render(&t).await
 }
@@ -68,7 +70,33 @@ async fn render(t: &Tollgate) -> Response {
             return (StatusCode::SERVICE_UNAVAILABLE, "database unreachable\n").into_response();
         }
     };
+    let now = chrono::Utc::now();
     let mut registry = Registry::with_prefix("tollgate");
+    register_work(&mut registry, &snapshot);
+    register_holds(&mut registry, &snapshot);
+    register_parked(&mut registry, &snapshot, now);
+    register_review_queue(&mut registry, t, now).await;
+    register_webhooks(&mut registry, t, now).await;
+    register_breaker(&mut registry, t).await;
+    register_node(&mut registry, t);
+    register_retention(&mut registry, t);
+
+    let mut body = String::new();
+    if encode(&mut body, &registry).is_err() {
+        return (StatusCode::INTERNAL_SERVER_ERROR, "encoding failed\n").into_response();
+    }
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        body,
+    )
+        .into_response()
+}
+
+/// Jobs by status; attempts, priced spend and unpriced attempts by model.
+fn register_work(registry: &mut Registry, snapshot: &MetricsSnapshot) {
     let jobs = Family::<Labels, Gauge>::default();
     for (status, n) in &snapshot.jobs_by_status {
         jobs.get_or_create(&vec![("status".into(), status.clone())])
@@ -102,6 +130,10 @@ async fn render(t: &Tollgate) -> Response {
         "Finished attempts nobody could price, by model",
         unpriced,
     );
+}
+
+/// Budget reservations not yet settled, and what they hold.
+fn register_holds(registry: &mut Registry, snapshot: &MetricsSnapshot) {
     let held: Gauge = Gauge::default();
     held.set(snapshot.reservations_held);
     registry.register(
@@ -116,9 +148,12 @@ async fn render(t: &Tollgate) -> Response {
         "Millionths of a US dollar held by unsettled reservations",
         reserved,
     );
+}
+
+/// Parked jobs by stage, and how long the oldest of each has waited.
+fn register_parked(registry: &mut Registry, snapshot: &MetricsSnapshot, now: DateTime<Utc>) {
     let parked = Family::<Labels, Gauge>::default();
     let parked_age = Family::<Labels, FloatGauge>::default();
-    let now = chrono::Utc::now();
     for (stage, n, oldest) in &snapshot.parked {
         let labels = vec![("stage".into(), stage.clone())];
         parked.get_or_create(&labels).set(*n);
@@ -137,9 +172,12 @@ async fn render(t: &Tollgate) -> Response {
         "How long the oldest parked job of each stage has waited",
         parked_age,
     );
-    // The reviewer queue: every record not closed by stage and state, the
-    // unresolved submissions, how long reviewers take, recoveries that had
-    // to be claimed again, and delivery retries that failed.
+}
+
+/// The reviewer queue: every record not closed by stage and state, the
+/// unresolved submissions, how long reviewers take, recoveries that had
+/// to be claimed again, and delivery retries that failed.
+async fn register_review_queue(registry: &mut Registry, t: &Tollgate, now: DateTime<Utc>) {
     if let Ok(counts) = t.store().parked_counts().await {
         let records = Family::<Labels, Gauge>::default();
         let mut unresolved = 0;
@@ -205,9 +243,11 @@ async fn render(t: &Tollgate) -> Response {
             g,
         );
     }
+}
 
-    // Webhooks: the backlog by state, how long the oldest pending one has
-    // waited, and failing deliveries by the class of their last answer.
+/// Webhooks: the backlog by state, how long the oldest pending one has
+/// waited, and failing deliveries by the class of their last answer.
+async fn register_webhooks(registry: &mut Registry, t: &Tollgate, now: DateTime<Utc>) {
     if let Ok(w) = t.store().webhook_stats().await {
         let backlog = Family::<Labels, Gauge>::default();
         for s in crate::model::DeliveryState::ALL {
@@ -246,17 +286,11 @@ async fn render(t: &Tollgate) -> Response {
             failing,
         );
     }
+}
 
-    let conflicts: Gauge = Gauge::default();
-    conflicts.set(t.claim_conflicts() as i64);
-    registry.register(
-        "claim_conflicts",
-        "Runs on this node that found their claim taken (stale fencing token)",
-        conflicts,
-    );
-
-    // Today's breaker: cap, what it booked and holds, and whether it is
-    // past the warning share or halted.
+/// Today's breaker: cap, what it booked and holds, and whether it is
+/// past the warning share or halted.
+async fn register_breaker(registry: &mut Registry, t: &Tollgate) {
     let today = chrono::Utc::now().date_naive();
     if let Ok(report) = t.spend(today, today).await {
         if let Some(d) = report.days.first() {
@@ -293,6 +327,18 @@ async fn render(t: &Tollgate) -> Response {
             }
         }
     }
+}
+
+/// This node's own counts: claim conflicts, and what the work costs the
+/// database.
+fn register_node(registry: &mut Registry, t: &Tollgate) {
+    let conflicts: Gauge = Gauge::default();
+    conflicts.set(t.claim_conflicts() as i64);
+    registry.register(
+        "claim_conflicts",
+        "Runs on this node that found their claim taken (stale fencing token)",
+        conflicts,
+    );
 
     // What the work costs the database: commits (and the statements they
     // carried) by this node since it started, by purpose.
@@ -313,21 +359,6 @@ async fn render(t: &Tollgate) -> Response {
         "Statements those commits carried, by purpose",
         statements,
     );
-
-    register_retention(&mut registry, t);
-
-    let mut body = String::new();
-    if encode(&mut body, &registry).is_err() {
-        return (StatusCode::INTERNAL_SERVER_ERROR, "encoding failed\n").into_response();
-    }
-    (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        body,
-    )
-        .into_response()
 }
 
 /// What retention purged on this node, by kind (outputs, uploads, events,

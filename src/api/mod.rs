@@ -9,7 +9,6 @@ mod jobs;
 mod json;
 mod me;
 mod metrics;
-pub mod objects;
 mod ops;
 mod parked;
 mod spend;

@@ -1,7 +1,7 @@
 //! `/healthz` (the process answers), `/readyz` (its dependencies do) and
 //! `/metrics` (Prometheus text).
 
-use super::objects::HealthObject;
+use crate::wire::HealthObject;
 use crate::Tollgate;
 use axum::extract::State;
 use axum::http::StatusCode;

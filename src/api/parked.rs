@@ -2,13 +2,13 @@
 //! `POST /v1/parked/{id}/decisions` and `POST /v1/parked/{id}/notes`. The
 //! reviewer is the caller (session or token), never a field of the body.
 
-use super::objects::{millis, millis_opt, AttemptObject, ErrorBody, EventObject};
 use super::ApiJson;
-use crate::auth::{Authorized, ReviewerOnly};
-use crate::error::{Error, Result};
 use crate::model::{JobId, ParkedId, ParkedStage, ParkedState, RecoveryState, ReviewAction, Usd};
-use crate::parked::{DecisionRequest, ParkedQuery, ParkedView};
 use crate::store::{Decision, Parked};
+use crate::usecases::auth::{Authorized, ReviewerOnly};
+use crate::usecases::error::{Error, Result};
+use crate::usecases::parked::{DecisionRequest, ParkedQuery, ParkedView};
+use crate::wire::{millis, millis_opt, AttemptObject, ErrorBody, EventObject};
 use crate::Tollgate;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;

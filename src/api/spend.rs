@@ -2,12 +2,12 @@
 //! class and in total, unpriced calls apart; as CSV (`Accept: text/csv` or
 //! `format=csv`), one row per attempt, streamed.
 
-use super::objects::ErrorBody;
-use crate::auth::{AdminOnly, Authorized};
-use crate::error::{Error, Result};
 use crate::model::Usd;
-use crate::spend::{parse_range, AttemptQuery, SpendReport, Tally};
 use crate::store::AttemptListed;
+use crate::usecases::auth::{AdminOnly, Authorized};
+use crate::usecases::error::{Error, Result};
+use crate::usecases::spend::{parse_range, AttemptQuery, SpendReport, Tally};
+use crate::wire::ErrorBody;
 use crate::Tollgate;
 use axum::extract::{Query, State};
 use axum::http::{header, HeaderMap, HeaderValue};
@@ -195,6 +195,13 @@ async fn get_spend(
     if !csv {
         return Ok(Json(SpendObject::from(t.spend(from, to).await?)).into_response());
     }
+    Ok(spend_csv(t, from, to))
+}
+
+/// The attempts of `from..=to` as CSV, streamed: each page of attempts is
+/// written as its chunk as it is read, so a year's export never sits in
+/// memory.
+fn spend_csv(t: Tollgate, from: chrono::NaiveDate, to: chrono::NaiveDate) -> Response {
     let range = (from.to_string(), to.to_string());
     let header_row = csv_line(&[
         "started_at",
@@ -250,7 +257,7 @@ async fn get_spend(
     )) {
         h.insert(header::CONTENT_DISPOSITION, v);
     }
-    Ok(response)
+    response
 }
 
 fn csv_line(fields: &[&str]) -> String {

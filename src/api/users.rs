@@ -1,11 +1,11 @@
 //! Admin: `GET /v1/users` and `POST /v1/users/{id}/credit-grants`
 //! (`Idempotency-Key` optional; with it, the same grant twice is one grant).
 
-use super::objects::{ErrorBody, LedgerEntryObject, UserList, UserObject};
 use super::ApiJson;
-use crate::auth::{AdminOnly, Authorized};
-use crate::error::{Error, Result};
 use crate::model::{Credits, UserId};
+use crate::usecases::auth::{AdminOnly, Authorized};
+use crate::usecases::error::{Error, Result};
+use crate::wire::{ErrorBody, LedgerEntryObject, UserList, UserObject};
 use crate::Tollgate;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};

@@ -3,12 +3,12 @@
 //! secret for a job's own webhook_url), `/v1/webhook-deliveries` (the
 //! caller's, or everyone's for admins) and replays (admins).
 
-use super::objects::{millis, millis_opt, ErrorBody};
 use super::ApiJson;
-use crate::auth::{AdminOnly, AnyUser, Authorized};
-use crate::error::{Error, Result};
 use crate::model::{DeliveryId, DeliveryState, JobId, WebhookEndpointId, WebhookEvent};
 use crate::store::{Delivery, WebhookEndpoint};
+use crate::usecases::auth::{AdminOnly, AnyUser, Authorized};
+use crate::usecases::error::{Error, Result};
+use crate::wire::{millis, millis_opt, ErrorBody};
 use crate::Tollgate;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;

@@ -2,9 +2,12 @@
 //! setting has a default that runs on a fresh machine; a bad one stops
 //! start-up with a `ConfigError` naming the setting.
 
+pub mod models;
 pub mod public;
+mod reader;
 
 pub use public::{AllowedHosts, Exposure};
+use reader::{Settings, FILE_SECTIONS, FILE_SETTINGS};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -101,7 +104,7 @@ pub struct Config {
     pub site_root: PathBuf,
     /// The models that may be called, their prices and runner policies,
     /// and the local provider's injected faults.
-    pub models: crate::providers::config::Models,
+    pub models: crate::config::models::Models,
     /// Internal networks webhooks may reach although they are internal
     /// (tests: 127.0.0.0/8); everything else internal is refused.
     pub webhook_allow_networks: Vec<ipnet::IpNet>,
@@ -178,233 +181,192 @@ impl Config {
 
     /// Reads settings through `get`, so tests can pass their own.
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
-        let non_empty = |k: &str| get(k).filter(|v| !v.trim().is_empty());
+        let config_file = get("TOLLGATE_CONFIG")
+            .filter(|v| !v.trim().is_empty())
+            .map(PathBuf::from);
+        let file = read_file(config_file.as_deref())?;
+        let s = Settings {
+            get: &get,
+            file: &file,
+        };
+        let database_url = database_url(&s)?;
+        let listen = s.address("TOLLGATE_LISTEN", DEFAULT_LISTEN)?;
+        let ops_listen = s.address("TOLLGATE_OPS_LISTEN", "127.0.0.1:9090")?;
+        let storage = storage(&s)?;
+        let storage_sync = storage_sync(&s)?;
+        let models = crate::config::models::parse(&file, &get)?;
+        let public_origin = public_origin(&s)?;
+        let secure_cookies = s.flag(
+            "TOLLGATE_SECURE_COOKIES",
+            public_origin
+                .as_deref()
+                .is_some_and(|u| u.starts_with("https://")),
+        )?;
+        let log_format = log_format(&s)?;
+        let limits = Limits::read(&s)?;
+        let webhooks = WebhookSettings::read(&s)?;
+        let lookup = |k: &str| s.value(k);
+        Ok(Config {
+            database_url,
+            listen: listen.unwrap_or_else(|| DEFAULT_LISTEN.parse().expect("a valid default")),
+            ops_listen,
+            storage,
+            storage_sync,
+            config_file,
+            secure_cookies,
+            public_origin,
+            session_idle_minutes: s.number_said(
+                "TOLLGATE_SESSION_IDLE_MINUTES",
+                7 * 24 * 60,
+                1..=525_600,
+                "1 to 525600",
+            )?,
+            log_format,
+            logins_per_account_per_minute: limits.logins_per_account_per_minute,
+            jobs_per_user_per_minute: limits.jobs_per_user_per_minute,
+            jobs_burst_per_user: limits.jobs_burst_per_user,
+            logins_per_address_per_minute: limits.logins_per_address_per_minute,
+            workers: limits.workers,
+            lease_s: limits.lease_s,
+            daily_cap_usd: limits.daily_cap_usd,
+            spend_warning_percent: limits.spend_warning_percent,
+            user_share_percent: limits.user_share_percent,
+            site_root: PathBuf::from(
+                s.value("TOLLGATE_SITE_ROOT")
+                    .unwrap_or_else(|| "target/site".into()),
+            ),
+            models,
+            webhook_allow_networks: webhooks.allow_networks,
+            webhook_retry_schedule: webhooks.retry_schedule,
+            webhook_allow_public: webhooks.allow_public,
+            storage_quota_bytes: limits.storage_quota_bytes,
+            retention: Retention::from_lookup(lookup)?,
+            exposure: Exposure::from_lookup(lookup)?,
+            file,
+        })
+    }
+}
 
-        let database_url =
-            non_empty("TOLLGATE_DATABASE_URL").unwrap_or_else(|| DEFAULT_DATABASE_URL.into());
-        let scheme_ok = database_url.starts_with("sqlite:")
-            || database_url.starts_with("postgres://")
-            || database_url.starts_with("postgresql://");
-        if !scheme_ok {
-            return Err(ConfigError::new(
-                "TOLLGATE_DATABASE_URL",
-                format!(
-                    "unsupported scheme in {:?}; use sqlite://PATH or postgres://USER@HOST/DB",
-                    redact_url(&database_url)
-                ),
-            ));
-        }
+/// The TOML file named by `TOLLGATE_CONFIG` (an empty table without one),
+/// refusing a setting it does not know.
+fn read_file(path: Option<&std::path::Path>) -> Result<toml::Table, ConfigError> {
+    let Some(path) = path else {
+        return Ok(toml::Table::new());
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        ConfigError::new(
+            "TOLLGATE_CONFIG",
+            format!("cannot read {}: {e}", path.display()),
+        )
+    })?;
+    let file = text.parse::<toml::Table>().map_err(|e| {
+        ConfigError::new(
+            "TOLLGATE_CONFIG",
+            format!("{} is not valid TOML: {}", path.display(), e.message()),
+        )
+    })?;
+    let known: Vec<&str> = FILE_SECTIONS
+        .iter()
+        .copied()
+        .chain(FILE_SETTINGS.iter().map(|(key, _)| *key))
+        .collect();
+    if let Some(k) = file.keys().find(|k| !known.contains(&k.as_str())) {
+        return Err(ConfigError::new(
+            "TOLLGATE_CONFIG",
+            format!("unknown setting {k:?}; known: {}", known.join(", ")),
+        ));
+    }
+    Ok(file)
+}
 
-        let listen_raw = non_empty("TOLLGATE_LISTEN").unwrap_or_else(|| DEFAULT_LISTEN.into());
-        let listen: SocketAddr = listen_raw.parse().map_err(|_| {
+fn database_url(s: &Settings) -> Result<String, ConfigError> {
+    let url = s
+        .value("TOLLGATE_DATABASE_URL")
+        .unwrap_or_else(|| DEFAULT_DATABASE_URL.into());
+    let scheme_ok = url.starts_with("sqlite:")
+        || url.starts_with("postgres://")
+        || url.starts_with("postgresql://");
+    if !scheme_ok {
+        return Err(ConfigError::new(
+            "TOLLGATE_DATABASE_URL",
+            format!(
+                "unsupported scheme in {:?}; use sqlite://PATH or postgres://USER@HOST/DB",
+                redact_url(&url)
+            ),
+        ));
+    }
+    Ok(url)
+}
+
+fn storage(s: &Settings) -> Result<String, ConfigError> {
+    let storage = s
+        .value("TOLLGATE_STORAGE")
+        .unwrap_or_else(|| DEFAULT_STORAGE.into());
+    if storage.contains("://") && !storage.starts_with("s3://") {
+        return Err(ConfigError::new(
+            "TOLLGATE_STORAGE",
+            format!("{storage:?} is neither a folder nor s3://BUCKET?endpoint=URL&region=R"),
+        ));
+    }
+    Ok(storage)
+}
+
+fn storage_sync(s: &Settings) -> Result<crate::storage::FileSync, ConfigError> {
+    use crate::storage::FileSync;
+    let options = [("group", FileSync::Group), ("file", FileSync::File)];
+    s.choice(
+        "TOLLGATE_STORAGE_SYNC",
+        FileSync::Group,
+        &options,
+        "group or file",
+    )
+}
+
+fn log_format(s: &Settings) -> Result<LogFormat, ConfigError> {
+    let options = [("text", LogFormat::Text), ("json", LogFormat::Json)];
+    s.choice(
+        "TOLLGATE_LOG_FORMAT",
+        LogFormat::Text,
+        &options,
+        "text or json",
+    )
+}
+
+/// `TOLLGATE_PUBLIC_URL` as an origin (`https://host[:port]`), if set.
+fn public_origin(s: &Settings) -> Result<Option<String>, ConfigError> {
+    let Some(raw) = s.value("TOLLGATE_PUBLIC_URL") else {
+        return Ok(None);
+    };
+    reqwest::Url::parse(raw.trim())
+        .ok()
+        .filter(|url| matches!(url.scheme(), "http" | "https") && url.host_str().is_some())
+        .map(|url| Some(url.origin().ascii_serialization()))
+        .ok_or_else(|| {
             ConfigError::new(
-                "TOLLGATE_LISTEN",
-                format!("{listen_raw:?} is not an address like 127.0.0.1:3000"),
+                "TOLLGATE_PUBLIC_URL",
+                format!("{raw:?} is not a URL like https://tollgate.example.com"),
             )
-        })?;
+        })
+}
 
-        let ops_listen = match non_empty("TOLLGATE_OPS_LISTEN") {
-            None => None,
-            Some(raw) => Some(raw.trim().parse::<SocketAddr>().map_err(|_| {
-                ConfigError::new(
-                    "TOLLGATE_OPS_LISTEN",
-                    format!("{raw:?} is not an address like 127.0.0.1:9090"),
-                )
-            })?),
-        };
+/// How much of anything one node, person or day may take.
+struct Limits {
+    logins_per_account_per_minute: u32,
+    logins_per_address_per_minute: u32,
+    jobs_per_user_per_minute: u32,
+    jobs_burst_per_user: u32,
+    workers: usize,
+    lease_s: i64,
+    daily_cap_usd: crate::model::Usd,
+    spend_warning_percent: u32,
+    user_share_percent: u32,
+    storage_quota_bytes: u64,
+}
 
-        let storage = non_empty("TOLLGATE_STORAGE").unwrap_or_else(|| DEFAULT_STORAGE.into());
-        if storage.contains("://") && !storage.starts_with("s3://") {
-            return Err(ConfigError::new(
-                "TOLLGATE_STORAGE",
-                format!("{storage:?} is neither a folder nor s3://BUCKET?endpoint=URL&region=R"),
-            ));
-        }
-
-        let storage_sync = match non_empty("TOLLGATE_STORAGE_SYNC").as_deref() {
-            None | Some("group") => crate::storage::FileSync::Group,
-            Some("file") => crate::storage::FileSync::File,
-            Some(other) => {
-                return Err(ConfigError::new(
-                    "TOLLGATE_STORAGE_SYNC",
-                    format!("{other:?} is not group or file"),
-                ))
-            }
-        };
-
-        let config_file = non_empty("TOLLGATE_CONFIG").map(PathBuf::from);
-        let file = match &config_file {
-            None => toml::Table::new(),
-            Some(path) => {
-                let text = std::fs::read_to_string(path).map_err(|e| {
-                    ConfigError::new(
-                        "TOLLGATE_CONFIG",
-                        format!("cannot read {}: {e}", path.display()),
-                    )
-                })?;
-                text.parse::<toml::Table>().map_err(|e| {
-                    ConfigError::new(
-                        "TOLLGATE_CONFIG",
-                        format!("{} is not valid TOML: {}", path.display(), e.message()),
-                    )
-                })?
-            }
-        };
-
-        if let Some(k) = file.keys().find(|k| {
-            !matches!(
-                k.as_str(),
-                "models"
-                    | "checker"
-                    | "local"
-                    | "workers"
-                    | "lease_seconds"
-                    | "daily_cap_usd"
-                    | "spend_warning_percent"
-                    | "user_share_percent"
-                    | "webhook_allow_networks"
-                    | "webhook_retry_schedule"
-                    | "storage_quota_mb"
-                    | "jobs_per_user_per_minute"
-                    | "jobs_burst_per_user"
-            )
-        }) {
-            return Err(ConfigError::new(
-                "TOLLGATE_CONFIG",
-                format!("unknown setting {k:?}; known: models, checker, local, workers, lease_seconds, daily_cap_usd, spend_warning_percent, user_share_percent, webhook_allow_networks, webhook_retry_schedule, storage_quota_mb, jobs_per_user_per_minute, jobs_burst_per_user"),
-            ));
-        }
-        let models = crate::providers::config::parse(&file, &get)?;
-        // A file's value stands where the environment sets none.
-        let from_file = |key: &str| -> Option<String> {
-            file.get(key).map(|v| match v {
-                toml::Value::String(s) => s.clone(),
-                other => other.to_string(),
-            })
-        };
-        let non_empty = |k: &str| {
-            non_empty(k).or_else(|| match k {
-                "TOLLGATE_WORKERS" => from_file("workers"),
-                "TOLLGATE_LEASE_SECONDS" => from_file("lease_seconds"),
-                "TOLLGATE_DAILY_CAP_USD" => from_file("daily_cap_usd"),
-                "TOLLGATE_SPEND_WARNING_PERCENT" => from_file("spend_warning_percent"),
-                "TOLLGATE_USER_SHARE_PERCENT" => from_file("user_share_percent"),
-                "TOLLGATE_WEBHOOK_ALLOW_NETWORKS" => from_file("webhook_allow_networks"),
-                "TOLLGATE_WEBHOOK_RETRY_SCHEDULE" => from_file("webhook_retry_schedule"),
-                "TOLLGATE_STORAGE_QUOTA_MB" => from_file("storage_quota_mb"),
-                "TOLLGATE_JOBS_PER_USER_PER_MINUTE" => from_file("jobs_per_user_per_minute"),
-                "TOLLGATE_JOBS_BURST_PER_USER" => from_file("jobs_burst_per_user"),
-                _ => None,
-            })
-        };
-
-        let secure_cookies = match non_empty("TOLLGATE_SECURE_COOKIES").as_deref() {
-            None => non_empty("TOLLGATE_PUBLIC_URL").is_some_and(|u| u.starts_with("https://")),
-            Some("true" | "1") => true,
-            Some("false" | "0") => false,
-            Some(other) => {
-                return Err(ConfigError::new(
-                    "TOLLGATE_SECURE_COOKIES",
-                    format!("{other:?} is not true or false"),
-                ))
-            }
-        };
-
-        let public_origin = match non_empty("TOLLGATE_PUBLIC_URL") {
-            None => None,
-            Some(u) => {
-                let url = reqwest::Url::parse(u.trim()).ok().filter(|url| {
-                    matches!(url.scheme(), "http" | "https") && url.host_str().is_some()
-                });
-                match url {
-                    Some(url) => Some(url.origin().ascii_serialization()),
-                    None => {
-                        return Err(ConfigError::new(
-                            "TOLLGATE_PUBLIC_URL",
-                            format!("{u:?} is not a URL like https://tollgate.example.com"),
-                        ))
-                    }
-                }
-            }
-        };
-
-        let session_idle_minutes = match non_empty("TOLLGATE_SESSION_IDLE_MINUTES") {
-            None => 7 * 24 * 60,
-            Some(v) => v
-                .parse::<i64>()
-                .ok()
-                .filter(|m| (1..=525_600).contains(m))
-                .ok_or_else(|| {
-                    ConfigError::new(
-                        "TOLLGATE_SESSION_IDLE_MINUTES",
-                        format!("{v:?} is not 1 to 525600"),
-                    )
-                })?,
-        };
-
-        let log_format = match non_empty("TOLLGATE_LOG_FORMAT").as_deref() {
-            None | Some("text") => LogFormat::Text,
-            Some("json") => LogFormat::Json,
-            Some(other) => {
-                return Err(ConfigError::new(
-                    "TOLLGATE_LOG_FORMAT",
-                    format!("{other:?} is not text or json"),
-                ))
-            }
-        };
-
-        // A whole number from 1 to `max`, or `default` when unset.
-        let number = |var: &'static str, default: u32, max: u32| -> Result<u32, ConfigError> {
-            match non_empty(var) {
-                None => Ok(default),
-                Some(v) => v
-                    .parse::<u32>()
-                    .ok()
-                    .filter(|n| (1..=max).contains(n))
-                    .ok_or_else(|| {
-                        ConfigError::new(var, format!("{v:?} is not a number from 1 to {max}"))
-                    }),
-            }
-        };
-        let per_minute = |var: &'static str, default: u32| number(var, default, 100_000);
-        let logins_per_account_per_minute =
-            per_minute("TOLLGATE_LOGINS_PER_ACCOUNT_PER_MINUTE", 5)?;
-        let logins_per_address_per_minute =
-            per_minute("TOLLGATE_LOGINS_PER_ADDRESS_PER_MINUTE", 20)?;
-        let jobs_per_user_per_minute = per_minute("TOLLGATE_JOBS_PER_USER_PER_MINUTE", 60)?;
-        let jobs_burst_per_user = per_minute("TOLLGATE_JOBS_BURST_PER_USER", 30)?;
-
-        // Runs in flight at once on this node: each waits on its provider
-        // without a thread, so thousands are cheap. Enough by default that
-        // a node's group commits and claims gather many runs each (a drain
-        // at zero provider latency peaks near 256 on two cores).
-        let workers = match non_empty("TOLLGATE_WORKERS") {
-            None => 256,
-            Some(v) => v
-                .parse::<usize>()
-                .ok()
-                .filter(|n| (1..=100_000).contains(n))
-                .ok_or_else(|| {
-                    ConfigError::new(
-                        "TOLLGATE_WORKERS",
-                        format!("{v:?} is not a number from 1 to 100000"),
-                    )
-                })?,
-        };
-        let lease_s = match non_empty("TOLLGATE_LEASE_SECONDS") {
-            None => 30,
-            Some(v) => v
-                .parse::<i64>()
-                .ok()
-                .filter(|n| (2..=3600).contains(n))
-                .ok_or_else(|| {
-                    ConfigError::new(
-                        "TOLLGATE_LEASE_SECONDS",
-                        format!("{v:?} is not a number from 2 to 3600"),
-                    )
-                })?,
-        };
-        let daily_cap_usd = match non_empty("TOLLGATE_DAILY_CAP_USD") {
+impl Limits {
+    fn read(s: &Settings) -> Result<Limits, ConfigError> {
+        let per_minute = |var: &'static str, default: u32| s.number(var, default, 1..=100_000);
+        let daily_cap_usd = match s.value("TOLLGATE_DAILY_CAP_USD") {
             None => crate::model::Usd::parse("50.00").unwrap_or_default(),
             Some(v) => crate::model::Usd::parse(&v).map_err(|_| {
                 ConfigError::new(
@@ -413,111 +375,68 @@ impl Config {
                 )
             })?,
         };
+        Ok(Limits {
+            logins_per_account_per_minute: per_minute("TOLLGATE_LOGINS_PER_ACCOUNT_PER_MINUTE", 5)?,
+            logins_per_address_per_minute: per_minute(
+                "TOLLGATE_LOGINS_PER_ADDRESS_PER_MINUTE",
+                20,
+            )?,
+            jobs_per_user_per_minute: per_minute("TOLLGATE_JOBS_PER_USER_PER_MINUTE", 60)?,
+            jobs_burst_per_user: per_minute("TOLLGATE_JOBS_BURST_PER_USER", 30)?,
+            // Runs in flight at once on this node: each waits on its
+            // provider without a thread, so thousands are cheap. Enough by
+            // default that a node's group commits and claims gather many
+            // runs each (a drain at zero provider latency peaks near 256 on
+            // two cores).
+            workers: s.number("TOLLGATE_WORKERS", 256, 1..=100_000)?,
+            lease_s: s.number("TOLLGATE_LEASE_SECONDS", 30, 2..=3600)?,
+            daily_cap_usd,
+            spend_warning_percent: s.number("TOLLGATE_SPEND_WARNING_PERCENT", 80, 1..=100)?,
+            // Issue 29, 2: no one person may spend more than this share of
+            // a day's cap, so one loop of orders cannot pause everyone's work.
+            user_share_percent: s.number("TOLLGATE_USER_SHARE_PERCENT", 50, 1..=100)?,
+            storage_quota_bytes: s.number_said(
+                "TOLLGATE_STORAGE_QUOTA_MB",
+                2_000,
+                1..=10_000_000u64,
+                "a number of megabytes from 1 to 10,000,000",
+            )? * 1_000_000,
+        })
+    }
+}
 
-        let spend_warning_percent = number("TOLLGATE_SPEND_WARNING_PERCENT", 80, 100)?;
-        // Issue 29, 2: no one person may spend more than this share of a
-        // day's cap, so one loop of orders cannot pause everyone's work.
-        let user_share_percent = number("TOLLGATE_USER_SHARE_PERCENT", 50, 100)?;
+/// Where webhooks may go and when they are tried again.
+struct WebhookSettings {
+    allow_networks: Vec<ipnet::IpNet>,
+    retry_schedule: Vec<std::time::Duration>,
+    allow_public: bool,
+}
 
-        let site_root =
-            PathBuf::from(non_empty("TOLLGATE_SITE_ROOT").unwrap_or_else(|| "target/site".into()));
-
-        let webhook_allow_networks = match non_empty("TOLLGATE_WEBHOOK_ALLOW_NETWORKS") {
-            None => Vec::new(),
-            Some(v) => v
-                .split(',')
-                .map(str::trim)
-                .filter(|c| !c.is_empty())
-                .map(|c| {
-                    c.parse::<ipnet::IpNet>().map_err(|_| {
-                        ConfigError::new(
-                            "TOLLGATE_WEBHOOK_ALLOW_NETWORKS",
-                            format!("{c:?} is not a network like 127.0.0.0/8"),
-                        )
-                    })
-                })
-                .collect::<Result<_, _>>()?,
-        };
-        let schedule_raw = non_empty("TOLLGATE_WEBHOOK_RETRY_SCHEDULE")
-            .unwrap_or_else(|| DEFAULT_WEBHOOK_RETRY_SCHEDULE.into());
-        let webhook_retry_schedule: Vec<std::time::Duration> = schedule_raw
-            .split(',')
-            .map(str::trim)
-            .map(|d| {
-                humantime::parse_duration(d)
-                    .ok()
-                    .filter(|d| *d <= std::time::Duration::from_secs(7 * 86_400))
-                    .ok_or_else(|| {
-                        ConfigError::new(
-                            "TOLLGATE_WEBHOOK_RETRY_SCHEDULE",
-                            format!("{d:?} is not a delay like 5s, 5m or 2h (at most 7 days)"),
-                        )
-                    })
-            })
-            .collect::<Result<_, _>>()?;
-        let storage_quota_bytes = match non_empty("TOLLGATE_STORAGE_QUOTA_MB") {
-            None => 2_000 * 1_000_000,
-            Some(v) => v
-                .trim()
-                .parse::<u64>()
-                .ok()
-                .filter(|mb| (1..=10_000_000).contains(mb))
-                .map(|mb| mb * 1_000_000)
-                .ok_or_else(|| {
-                    ConfigError::new(
-                        "TOLLGATE_STORAGE_QUOTA_MB",
-                        format!("{v:?} is not a number of megabytes from 1 to 10,000,000"),
-                    )
-                })?,
-        };
-        let webhook_allow_public = match non_empty("TOLLGATE_WEBHOOK_ALLOW_PUBLIC").as_deref() {
-            None | Some("true" | "1") => true,
-            Some("false" | "0") => false,
-            Some(other) => {
-                return Err(ConfigError::new(
-                    "TOLLGATE_WEBHOOK_ALLOW_PUBLIC",
-                    format!("{other:?} is not true or false"),
-                ))
-            }
-        };
-        let retention = Retention::from_lookup(non_empty)?;
-        let exposure = Exposure::from_lookup(non_empty)?;
-        if webhook_retry_schedule.len() > 50 {
+impl WebhookSettings {
+    fn read(s: &Settings) -> Result<WebhookSettings, ConfigError> {
+        let allow_networks = s.list(
+            "TOLLGATE_WEBHOOK_ALLOW_NETWORKS",
+            "",
+            |c| c.parse::<ipnet::IpNet>().ok(),
+            "a network like 127.0.0.0/8",
+        )?;
+        let week = std::time::Duration::from_secs(7 * 86_400);
+        let retry_schedule = s.list(
+            "TOLLGATE_WEBHOOK_RETRY_SCHEDULE",
+            DEFAULT_WEBHOOK_RETRY_SCHEDULE,
+            |d| humantime::parse_duration(d).ok().filter(|d| *d <= week),
+            "a delay like 5s, 5m or 2h (at most 7 days)",
+        )?;
+        if retry_schedule.len() > 50 {
             return Err(ConfigError::new(
                 "TOLLGATE_WEBHOOK_RETRY_SCHEDULE",
                 "at most 50 retries",
             ));
         }
-
-        Ok(Config {
-            database_url,
-            listen,
-            ops_listen,
-            storage,
-            storage_sync,
-            config_file,
-            file,
-            secure_cookies,
-            public_origin,
-            session_idle_minutes,
-            log_format,
-            logins_per_account_per_minute,
-            jobs_per_user_per_minute,
-            jobs_burst_per_user,
-            logins_per_address_per_minute,
-            workers,
-            lease_s,
-            daily_cap_usd,
-            spend_warning_percent,
-            user_share_percent,
-            site_root,
-            models,
-            webhook_allow_networks,
-            webhook_retry_schedule,
-            webhook_allow_public,
-            storage_quota_bytes,
-            retention,
-            exposure,
+        Ok(WebhookSettings {
+            allow_networks,
+            retry_schedule,
+            allow_public: s.flag("TOLLGATE_WEBHOOK_ALLOW_PUBLIC", true)?,
         })
     }
 }

@@ -1,6 +1,7 @@
 //! Execution: one dispatcher per node claims jobs (leased, fenced) in
-//! batches sized to its free run slots, runs each job's steps (a completed
-//! step is never run again), heartbeats every lease it holds in one write,
+//! batches sized to its free run slots, runs each job's steps (`workflow`;
+//! a completed step is never run again, and the paid `generate` step is the
+//! attempt runner, `runner`), heartbeats every lease it holds in one write,
 //! and gives held jobs back on shutdown; one committer applies the runs'
 //! units of work in group commits; and a sweeper repairs lost wake-ups by
 //! ringing for queued work on a schedule. No transaction is held across a
@@ -8,6 +9,7 @@
 
 mod committer;
 mod run;
+mod runner;
 mod workflow;
 
 pub use committer::Committer;
@@ -70,7 +72,7 @@ pub fn start(tollgate: Tollgate, workers: usize) -> EngineHandle {
         )),
         tokio::spawn(heartbeat(tollgate.clone(), node.clone(), stopped.clone())),
         // Rule 13: the outbox is posted beside the runs, never by them.
-        tokio::spawn(crate::webhooks::dispatcher::run(
+        tokio::spawn(crate::usecases::webhooks::dispatcher::run(
             tollgate.clone(),
             node,
             stopped.clone(),
@@ -126,7 +128,7 @@ async fn retention(t: Tollgate, mut stopped: watch::Receiver<bool>) {
                         deliveries = p.deliveries,
                         "retention purged"
                     );
-                    if p.total() < crate::retention::PURGE_BATCH_MAX as u64 {
+                    if p.total() < crate::usecases::retention::PURGE_BATCH_MAX as u64 {
                         break;
                     }
                 }
@@ -165,20 +167,7 @@ async fn dispatch(
             }
             continue;
         }
-        // A claim is a statement and a commit: while runs are finishing,
-        // wait a moment for a few more free slots rather than claiming one
-        // or two jobs at a time.
-        let gather = (CLAIM_BATCH.min(workers) / 4).max(1);
-        if free < gather {
-            let until = tokio::time::Instant::now() + CLAIM_GATHER;
-            while slots.available_permits() < gather && !runs.is_empty() {
-                tokio::select! {
-                    _ = runs.join_next() => {}
-                    _ = tokio::time::sleep_until(until) => break,
-                    _ = stopped.changed() => break,
-                }
-            }
-        }
+        gather_slots(&slots, &mut runs, workers, &mut stopped).await;
         if *stopped.borrow() {
             continue;
         }
@@ -188,27 +177,7 @@ async fn dispatch(
         match t.store().claim_jobs(&node, n as i64, lease_s).await {
             Ok(claims) if !claims.is_empty() => {
                 let full = claims.len() == n;
-                let stored_at = asset_keys(&t, &claims).await;
-                for claim in claims {
-                    let Ok(permit) = slots.clone().acquire_owned().await else {
-                        break;
-                    };
-                    let known = claim
-                        .job
-                        .request
-                        .assets()
-                        .into_iter()
-                        .filter_map(|a| stored_at.as_ref().map(|m| (a, m.get(&a).cloned())))
-                        .collect();
-                    runs.spawn(run_claim(
-                        t.clone(),
-                        committer.clone(),
-                        claim,
-                        known,
-                        stopped.clone(),
-                        permit,
-                    ));
-                }
+                start_runs(&t, &committer, claims, &slots, &mut runs, &stopped).await;
                 if full {
                     continue;
                 }
@@ -228,6 +197,62 @@ async fn dispatch(
     }
     // Shutting down: runs give their jobs back at the next step or poll.
     while runs.join_next().await.is_some() {}
+}
+
+/// A claim is a statement and a commit: while runs are finishing, wait a
+/// moment for a few more free slots rather than claiming one or two jobs
+/// at a time.
+async fn gather_slots(
+    slots: &Semaphore,
+    runs: &mut JoinSet<()>,
+    workers: usize,
+    stopped: &mut watch::Receiver<bool>,
+) {
+    let gather = (CLAIM_BATCH.min(workers) / 4).max(1);
+    if slots.available_permits() >= gather {
+        return;
+    }
+    let until = tokio::time::Instant::now() + CLAIM_GATHER;
+    while slots.available_permits() < gather && !runs.is_empty() {
+        tokio::select! {
+            _ = runs.join_next() => {}
+            _ = tokio::time::sleep_until(until) => break,
+            _ = stopped.changed() => break,
+        }
+    }
+}
+
+/// One run per claim, each its own task holding a slot; the stored keys of
+/// the claims' uploads are read once for the batch.
+async fn start_runs(
+    t: &Tollgate,
+    committer: &Committer,
+    claims: Vec<Claim>,
+    slots: &Arc<Semaphore>,
+    runs: &mut JoinSet<()>,
+    stopped: &watch::Receiver<bool>,
+) {
+    let stored_at = asset_keys(t, &claims).await;
+    for claim in claims {
+        let Ok(permit) = slots.clone().acquire_owned().await else {
+            break;
+        };
+        let known = claim
+            .job
+            .request
+            .assets()
+            .into_iter()
+            .filter_map(|a| stored_at.as_ref().map(|m| (a, m.get(&a).cloned())))
+            .collect();
+        runs.spawn(run_claim(
+            t.clone(),
+            committer.clone(),
+            claim,
+            known,
+            stopped.clone(),
+            permit,
+        ));
+    }
 }
 
 /// One write per beat extends every lease this node holds, however many

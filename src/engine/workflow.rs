@@ -6,14 +6,17 @@
 //! settlement and the terminal write, in one unit).
 
 use super::run::Run;
+use super::runner::{self, Generated};
+use crate::config::models::Checker;
 use crate::model::{
-    direction, Comparison, ImageEdit, JobRequest, LineageEffect, Readiness, Review, Step, Verdict,
+    direction, Comparison, ImageEdit, JobId, JobRequest, LineageEffect, Readiness, Review, Step,
+    TargetKind, Verdict,
 };
 use crate::model::{AttemptEnd, AttemptId, Purpose};
-use crate::providers::config::Checker;
-use crate::providers::runner::{self, Generated};
 use crate::providers::{checker, local};
-use crate::store::{Applied, Finish, Hold, NewAttempt, NewParked, Op, StoreError, StoreResult};
+use crate::store::{
+    Applied, Attempt, Finish, Hold, NewAttempt, NewParked, Op, StoreError, StoreResult,
+};
 use chrono::Utc;
 use serde_json::{json, Value};
 
@@ -275,13 +278,44 @@ async fn compare(run: &mut Run<'_>) -> StoreResult<Next> {
             candidate,
         )
         .await?;
-        run.defer(step_event(
-            Step::Compare,
-            json!({"outcome": comparison.outcome, "against": against, "notes": comparison.notes}),
-        ));
-        run.record(|p| p.compare = Some(comparison));
+        record_comparison(run, comparison);
         return Ok(Next::Continue);
     }
+    let images = CompareImages {
+        photo,
+        mask,
+        previous,
+        candidate,
+    };
+    let comparison = compare_on_cpu(run, images, kind, description, instruction, against).await?;
+    record_comparison(run, comparison);
+    Ok(Next::Continue)
+}
+
+/// The stored bytes a comparison reads (each may be gone).
+struct CompareImages {
+    photo: Option<Vec<u8>>,
+    mask: Option<Vec<u8>>,
+    previous: Option<Vec<u8>>,
+    candidate: Option<Vec<u8>>,
+}
+
+/// The local comparison, off the async threads: the candidate against
+/// the previous version, inside the target's region only.
+async fn compare_on_cpu(
+    run: &Run<'_>,
+    images: CompareImages,
+    kind: TargetKind,
+    description: String,
+    instruction: String,
+    against: JobId,
+) -> StoreResult<Comparison> {
+    let CompareImages {
+        photo,
+        mask,
+        previous,
+        candidate,
+    } = images;
     let size = [&photo, &mask, &previous, &candidate]
         .iter()
         .map(|b| b.as_ref().map_or(0, Vec::len))
@@ -307,7 +341,7 @@ async fn compare(run: &mut Run<'_>) -> StoreResult<Next> {
         ))
     })
     .await?;
-    let comparison = match compared {
+    Ok(match compared {
         Ok((outcome, notes)) => Comparison {
             outcome: Some(outcome),
             against,
@@ -318,13 +352,17 @@ async fn compare(run: &mut Run<'_>) -> StoreResult<Next> {
             against,
             notes: format!("The comparison could not run: {e}"),
         },
-    };
+    })
+}
+
+/// The comparison on the timeline and in the job's progress.
+fn record_comparison(run: &mut Run<'_>, comparison: Comparison) {
+    let against = comparison.against;
     run.defer(step_event(
         Step::Compare,
         json!({"outcome": comparison.outcome, "against": against, "notes": comparison.notes}),
     ));
     run.record(|p| p.compare = Some(comparison));
-    Ok(Next::Continue)
 }
 
 const ROLE_ORIGINAL: &str =
@@ -524,33 +562,10 @@ async fn ask(
         .find(|a| a.purpose == purpose && a.model == checker.spec.id && a.state.is_open());
     let (attempt, key) = match open {
         Some(a) => (a.id, a.idempotency_key.clone()),
-        None => {
-            // Numbered after every attempt the job has, whichever run made it.
-            let known = attempts.iter().map(|a| a.attempt_no).max().unwrap_or(0);
-            let attempt_no = known.max(run.attempt_floor) + 1;
-            run.attempt_floor = attempt_no;
-            let new = NewAttempt {
-                id: AttemptId::new(),
-                job_id: job.id,
-                purpose,
-                provider: checker.spec.provider_name().into(),
-                endpoint: checker.spec.endpoint.clone(),
-                model: checker.spec.id.clone(),
-                attempt_no,
-                idempotency_key: format!("{}:{attempt_no}", job.id),
-                hold: Some(Hold {
-                    day: Utc::now().date_naive(),
-                    amount: checker.price,
-                    default_cap: run.t.config().daily_cap_usd,
-                }),
-                started_at: Utc::now(),
-            };
-            let begun = (new.id, new.idempotency_key.clone());
-            if let Applied::Refused = run.commit(vec![Op::BeginAttempt(new)]).await? {
-                return Ok(Asked::Refused);
-            }
-            begun
-        }
+        None => match begin_check(run, checker, purpose, &attempts).await? {
+            Some(begun) => begun,
+            None => return Ok(Asked::Refused),
+        },
     };
     let input = checker::input(purpose, images, data);
     let started = std::time::Instant::now();
@@ -578,6 +593,42 @@ async fn ask(
     };
     run.defer(Op::EndAttempt { attempt, outcome });
     Ok(Asked::Answered(answer))
+}
+
+/// A new checker call, written down (and its hold booked) before it is
+/// made (rules 7 and 11); none when the day cannot hold it.
+async fn begin_check(
+    run: &mut Run<'_>,
+    checker: &Checker,
+    purpose: Purpose,
+    attempts: &[Attempt],
+) -> StoreResult<Option<(AttemptId, String)>> {
+    let job = run.job().id;
+    // Numbered after every attempt the job has, whichever run made it.
+    let known = attempts.iter().map(|a| a.attempt_no).max().unwrap_or(0);
+    let attempt_no = known.max(run.attempt_floor) + 1;
+    run.attempt_floor = attempt_no;
+    let new = NewAttempt {
+        id: AttemptId::new(),
+        job_id: job,
+        purpose,
+        provider: checker.spec.provider_name().into(),
+        endpoint: checker.spec.endpoint.clone(),
+        model: checker.spec.id.clone(),
+        attempt_no,
+        idempotency_key: format!("{job}:{attempt_no}"),
+        hold: Some(Hold {
+            day: Utc::now().date_naive(),
+            amount: checker.price,
+            default_cap: run.t.config().daily_cap_usd,
+        }),
+        started_at: Utc::now(),
+    };
+    let begun = (new.id, new.idempotency_key.clone());
+    if let Applied::Refused = run.commit(vec![Op::BeginAttempt(new)]).await? {
+        return Ok(None);
+    }
+    Ok(Some(begun))
 }
 
 fn step_event(step: Step, mut detail: Value) -> Op {

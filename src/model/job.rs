@@ -244,108 +244,14 @@ pub fn parse_request(
         errors.add("body", "must be a JSON object");
         return Err(errors);
     };
-    let kind = obj.get("kind").and_then(|k| k.as_str()).unwrap_or("");
-    match kind {
+    match obj.get("kind").and_then(|k| k.as_str()).unwrap_or("") {
         "image_edit" => {
-            let raw: RawImageEdit =
-                serde_json::from_value(body.clone()).map_err(|e| serde_errors(&e))?;
-            let source = asset_id(&mut errors, "source", &raw.source);
-            let target_kind = TargetKind::parse(&raw.target.kind);
-            if target_kind.is_none() {
-                errors.add("target.kind", "must be pet, person, background or area");
-            }
-            let description = clean_text(
-                &mut errors,
-                "target.description",
-                raw.target.description.as_deref().unwrap_or(""),
-                DESCRIPTION_LEN_MAX,
-                false,
-            );
-            let mask = match (target_kind, raw.target.mask.as_deref()) {
-                (Some(TargetKind::Area), Some(m)) => asset_id(&mut errors, "target.mask", m),
-                (Some(TargetKind::Area), None) => {
-                    errors.add("target.mask", "is required when target.kind is area");
-                    None
-                }
-                (_, Some(_)) => {
-                    errors.add("target.mask", "is only allowed when target.kind is area");
-                    None
-                }
-                (_, None) => None,
-            };
-            if style(&raw.style).is_none() {
-                errors.add(
-                    "style",
-                    "is not one of the fifteen styles in GET /v1/catalogue",
-                );
-            }
-            let strength = Strength::parse(&raw.strength);
-            if strength.is_none() {
-                errors.add("strength", "must be subtle, balanced or strong");
-            }
-            let webhook_url = webhook(&mut errors, raw.webhook_url);
-            match (source, target_kind, strength) {
-                (Some(source), Some(kind), Some(strength)) if errors.is_empty() => {
-                    Ok(JobRequest::ImageEdit(ImageEdit {
-                        source,
-                        target: Target {
-                            kind,
-                            description,
-                            mask,
-                        },
-                        style: raw.style,
-                        strength,
-                        webhook_url,
-                    }))
-                }
-                _ => Err(errors),
-            }
+            let raw = serde_json::from_value(body.clone()).map_err(|e| serde_errors(&e))?;
+            image_edit(raw, errors)
         }
         "video" => {
-            let raw: RawVideo =
-                serde_json::from_value(body.clone()).map_err(|e| serde_errors(&e))?;
-            let prompt = clean_text(&mut errors, "prompt", &raw.prompt, PROMPT_LEN_MAX, true);
-            let model_id = raw
-                .model
-                .clone()
-                .unwrap_or_else(|| catalogue.default_video_model.clone());
-            let model = catalogue.video_model(&model_id);
-            if model.is_none() {
-                errors.add("model", "is not a video model in GET /v1/catalogue");
-            }
-            let resolution = Resolution::parse(&raw.resolution);
-            match (model, resolution) {
-                (_, None) => errors.add("resolution", "must be 720p or 1080p"),
-                (Some(m), Some(r)) if !m.resolutions().contains(&r) => errors.add(
-                    "resolution",
-                    format!("{} is not offered by {}", r.as_str(), m.id),
-                ),
-                _ => {}
-            }
-            if let Some(m) = model {
-                if !m.durations_s.contains(&raw.duration_s) {
-                    errors.add(
-                        "duration_s",
-                        format!("{} accepts {:?} seconds", m.id, m.durations_s),
-                    );
-                }
-            }
-            let source = raw
-                .source
-                .as_deref()
-                .and_then(|s| asset_id(&mut errors, "source", s));
-            let webhook_url = webhook(&mut errors, raw.webhook_url);
-            match resolution {
-                Some(resolution) if errors.is_empty() => Ok(JobRequest::Video(Video {
-                    prompt,
-                    model: model_id,
-                    duration_s: raw.duration_s,
-                    resolution,
-                    source,
-                    webhook_url,
-                })),
-                _ => Err(errors),
-            }
+            let raw = serde_json::from_value(body.clone()).map_err(|e| serde_errors(&e))?;
+            video(raw, catalogue, errors)
         }
         "" => {
             errors.add("kind", "is required: image_edit or video");
@@ -355,6 +261,111 @@ pub fn parse_request(
             errors.add("kind", "must be image_edit or video");
             Err(errors)
         }
+    }
+}
+
+/// An image edit's fields, each checked; every refusal is collected.
+fn image_edit(raw: RawImageEdit, mut errors: FieldErrors) -> Result<JobRequest, FieldErrors> {
+    let source = asset_id(&mut errors, "source", &raw.source);
+    let target_kind = TargetKind::parse(&raw.target.kind);
+    if target_kind.is_none() {
+        errors.add("target.kind", "must be pet, person, background or area");
+    }
+    let description = clean_text(
+        &mut errors,
+        "target.description",
+        raw.target.description.as_deref().unwrap_or(""),
+        DESCRIPTION_LEN_MAX,
+        false,
+    );
+    let mask = match (target_kind, raw.target.mask.as_deref()) {
+        (Some(TargetKind::Area), Some(m)) => asset_id(&mut errors, "target.mask", m),
+        (Some(TargetKind::Area), None) => {
+            errors.add("target.mask", "is required when target.kind is area");
+            None
+        }
+        (_, Some(_)) => {
+            errors.add("target.mask", "is only allowed when target.kind is area");
+            None
+        }
+        (_, None) => None,
+    };
+    if style(&raw.style).is_none() {
+        errors.add(
+            "style",
+            "is not one of the fifteen styles in GET /v1/catalogue",
+        );
+    }
+    let strength = Strength::parse(&raw.strength);
+    if strength.is_none() {
+        errors.add("strength", "must be subtle, balanced or strong");
+    }
+    let webhook_url = webhook(&mut errors, raw.webhook_url);
+    match (source, target_kind, strength) {
+        (Some(source), Some(kind), Some(strength)) if errors.is_empty() => {
+            Ok(JobRequest::ImageEdit(ImageEdit {
+                source,
+                target: Target {
+                    kind,
+                    description,
+                    mask,
+                },
+                style: raw.style,
+                strength,
+                webhook_url,
+            }))
+        }
+        _ => Err(errors),
+    }
+}
+
+/// A video's fields, checked against the catalogue's video models.
+fn video(
+    raw: RawVideo,
+    catalogue: &Catalogue,
+    mut errors: FieldErrors,
+) -> Result<JobRequest, FieldErrors> {
+    let prompt = clean_text(&mut errors, "prompt", &raw.prompt, PROMPT_LEN_MAX, true);
+    let model_id = raw
+        .model
+        .clone()
+        .unwrap_or_else(|| catalogue.default_video_model.clone());
+    let model = catalogue.video_model(&model_id);
+    if model.is_none() {
+        errors.add("model", "is not a video model in GET /v1/catalogue");
+    }
+    let resolution = Resolution::parse(&raw.resolution);
+    match (model, resolution) {
+        (_, None) => errors.add("resolution", "must be 720p or 1080p"),
+        (Some(m), Some(r)) if !m.resolutions().contains(&r) => errors.add(
+            "resolution",
+            format!("{} is not offered by {}", r.as_str(), m.id),
+        ),
+        _ => {}
+    }
+    if let Some(m) = model {
+        if !m.durations_s.contains(&raw.duration_s) {
+            errors.add(
+                "duration_s",
+                format!("{} accepts {:?} seconds", m.id, m.durations_s),
+            );
+        }
+    }
+    let source = raw
+        .source
+        .as_deref()
+        .and_then(|s| asset_id(&mut errors, "source", s));
+    let webhook_url = webhook(&mut errors, raw.webhook_url);
+    match resolution {
+        Some(resolution) if errors.is_empty() => Ok(JobRequest::Video(Video {
+            prompt,
+            model: model_id,
+            duration_s: raw.duration_s,
+            resolution,
+            source,
+            webhook_url,
+        })),
+        _ => Err(errors),
     }
 }
 

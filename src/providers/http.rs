@@ -3,10 +3,10 @@
 //! `Retry-After`, quoted cost. It classifies every answer; what to do about
 //! it is the runner's business.
 
-use super::config::{ModelSpec, Submit503};
 use super::{
     Cost, ErrorClass, Finished, Input, Lookup, Output, Poll, Provider, ProviderError, Submission,
 };
+use crate::config::models::{ModelSpec, Submit503};
 use crate::model::{JobRequest, Usd};
 use base64::Engine;
 use reqwest::StatusCode;
@@ -26,7 +26,7 @@ pub struct HttpProvider {
     /// connection is never reached; issue 29, 8).
     outputs: reqwest::Client,
     /// Checks output hosts other than the model's endpoint.
-    guard: crate::webhooks::guard::Guard,
+    guard: crate::net::guard::Guard,
 }
 
 impl Default for HttpProvider {
@@ -57,10 +57,10 @@ fn same_host_redirects() -> reqwest::redirect::Policy {
 
 impl HttpProvider {
     pub fn new() -> HttpProvider {
-        HttpProvider::with_guard(crate::webhooks::guard::Guard::default())
+        HttpProvider::with_guard(crate::net::guard::Guard::default())
     }
 
-    pub fn with_guard(guard: crate::webhooks::guard::Guard) -> HttpProvider {
+    pub fn with_guard(guard: crate::net::guard::Guard) -> HttpProvider {
         HttpProvider {
             client: reqwest::Client::builder()
                 .pool_idle_timeout(Duration::from_secs(30))
@@ -76,9 +76,9 @@ impl HttpProvider {
                 .pool_idle_timeout(Duration::from_secs(30))
                 .redirect(same_host_redirects())
                 .no_proxy()
-                .dns_resolver(std::sync::Arc::new(
-                    crate::webhooks::guard::GuardedResolver(guard.clone()),
-                ))
+                .dns_resolver(std::sync::Arc::new(crate::net::guard::GuardedResolver(
+                    guard.clone(),
+                )))
                 .build()
                 .unwrap_or_default(),
             guard,
@@ -456,69 +456,89 @@ impl Provider for HttpProvider {
             } => return Ok((bytes.clone(), content_type.clone())),
             Output::Url(u) => u,
         };
-        let timeout = |e: reqwest::Error| {
-            ProviderError::new(ErrorClass::Timeout, format!("output: {e}"), Cost::Unknown)
-        };
-        let refused = |why: String| {
-            ProviderError::new(
-                ErrorClass::Failed,
-                format!("output URL refused: {why}"),
-                Cost::Unknown,
-            )
-        };
-        // Joined to the endpoint with a URL parser (a relative path stays on
-        // the endpoint's host); another host only where the model lists it,
-        // through the address guard, and never with our key.
+        let request = self.output_request(model, url).await?;
+        let r = request.send().await.map_err(output_timeout)?;
+        if !r.status().is_success() {
+            return Err(classify(r, model, Asked::Read).await);
+        }
+        read_output(r).await
+    }
+}
+
+impl HttpProvider {
+    /// The request for an output URL, joined to the endpoint with a URL
+    /// parser (a relative path stays on the endpoint's host); another host
+    /// only where the model lists it, through the address guard, and never
+    /// with our key.
+    async fn output_request(
+        &self,
+        model: &ModelSpec,
+        url: &str,
+    ) -> Result<reqwest::RequestBuilder, ProviderError> {
         let base = reqwest::Url::parse(model.endpoint.as_deref().unwrap_or_default())
-            .map_err(|e| refused(format!("the endpoint is not a URL ({e})")))?;
+            .map_err(|e| output_refused(format!("the endpoint is not a URL ({e})")))?;
         let target = base
             .join(url)
-            .map_err(|e| refused(format!("{url:?} is not a URL ({e})")))?;
+            .map_err(|e| output_refused(format!("{url:?} is not a URL ({e})")))?;
         if !matches!(target.scheme(), "http" | "https") {
-            return Err(refused(format!("{} is not http(s)", target.scheme())));
+            return Err(output_refused(format!(
+                "{} is not http(s)",
+                target.scheme()
+            )));
         }
         let same_host = target.host_str() == base.host_str()
             && target.port_or_known_default() == base.port_or_known_default();
-        let request = if same_host {
+        if same_host {
             let mut r = self.client.get(target).timeout(model.request_timeout);
             if let Some(key) = &model.api_key {
                 r = r.bearer_auth(key);
             }
-            r
-        } else {
-            let host = target.host_str().unwrap_or_default().to_ascii_lowercase();
-            if !model.output_hosts.contains(&host) {
-                return Err(refused(format!(
-                    "{host} is neither the endpoint's host nor in the model's output_hosts"
-                )));
-            }
-            self.guard
-                .check_url(target.as_str())
-                .await
-                .map_err(|e| refused(e.to_string()))?;
-            self.outputs.get(target).timeout(model.request_timeout)
-        };
-        let mut r = request.send().await.map_err(timeout)?;
-        if !r.status().is_success() {
-            return Err(classify(r, model, Asked::Read).await);
+            return Ok(r);
         }
-        let content_type = r
-            .headers()
-            .get(reqwest::header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("application/octet-stream")
-            .to_string();
-        let mut bytes = Vec::new();
-        while let Some(chunk) = r.chunk().await.map_err(timeout)? {
-            if bytes.len() + chunk.len() > OUTPUT_BYTES_MAX {
-                return Err(ProviderError::new(
-                    ErrorClass::Failed,
-                    "the output is larger than 256 MiB",
-                    Cost::Unknown,
-                ));
-            }
-            bytes.extend_from_slice(&chunk);
+        let host = target.host_str().unwrap_or_default().to_ascii_lowercase();
+        if !model.output_hosts.contains(&host) {
+            return Err(output_refused(format!(
+                "{host} is neither the endpoint's host nor in the model's output_hosts"
+            )));
         }
-        Ok((bytes, content_type))
+        self.guard
+            .check_url(target.as_str())
+            .await
+            .map_err(|e| output_refused(e.to_string()))?;
+        Ok(self.outputs.get(target).timeout(model.request_timeout))
     }
+}
+
+/// The output's bytes and claimed type, refused past `OUTPUT_BYTES_MAX`.
+async fn read_output(mut r: reqwest::Response) -> Result<(Vec<u8>, String), ProviderError> {
+    let content_type = r
+        .headers()
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("application/octet-stream")
+        .to_string();
+    let mut bytes = Vec::new();
+    while let Some(chunk) = r.chunk().await.map_err(output_timeout)? {
+        if bytes.len() + chunk.len() > OUTPUT_BYTES_MAX {
+            return Err(ProviderError::new(
+                ErrorClass::Failed,
+                "the output is larger than 256 MiB",
+                Cost::Unknown,
+            ));
+        }
+        bytes.extend_from_slice(&chunk);
+    }
+    Ok((bytes, content_type))
+}
+
+fn output_timeout(e: reqwest::Error) -> ProviderError {
+    ProviderError::new(ErrorClass::Timeout, format!("output: {e}"), Cost::Unknown)
+}
+
+fn output_refused(why: String) -> ProviderError {
+    ProviderError::new(
+        ErrorClass::Failed,
+        format!("output URL refused: {why}"),
+        Cost::Unknown,
+    )
 }

@@ -289,92 +289,14 @@ async fn create(
     }
     let is_check = body.input["task"] == "check";
     let (behaviour, answer) = if is_check {
-        let mut book = m.book();
-        book.received_checks.push(received(&body.input));
-        let scripted = book.checks.pop_front();
-        let purpose = body.input["purpose"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
-        match scripted {
-            None => (Behaviour::Ok, Some(default_answer(&purpose))),
-            Some(Value::String(s)) if s == "down" => (Behaviour::Unavailable, None),
-            Some(Value::String(s)) if s == "fail" => (Behaviour::Fail, Some(Value::Null)),
-            Some(Value::String(s)) if s == "invalid_json" => {
-                (Behaviour::Ok, Some(json!("Sure! The edit looks {great")))
-            }
-            Some(answer) => (Behaviour::Ok, Some(answer)),
-        }
+        next_check(&m, &body.input)
     } else {
         (m.book().script.pop_front().unwrap_or(Behaviour::Ok), None)
     };
-    match behaviour {
-        Behaviour::RateLimit => {
-            let mut r = error(StatusCode::TOO_MANY_REQUESTS, "rate_limited", "slow down");
-            r.headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-            return r;
-        }
-        Behaviour::Unavailable => {
-            return error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "unavailable",
-                "try again later",
-            )
-        }
-        Behaviour::Unauthorized => {
-            return error(StatusCode::UNAUTHORIZED, "unauthorized", "bad credentials")
-        }
-        Behaviour::Invalid => {
-            return error(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "invalid_input",
-                "the input is invalid",
-            )
-        }
-        Behaviour::Hang => {
-            std::future::pending::<()>().await;
-            unreachable!("pending never resolves");
-        }
-        _ => {}
+    if let Some(refused) = refusal(behaviour).await {
+        return refused;
     }
-    // With idempotency on, a repeated key is the first prediction, unpaid.
-    let (json, created) = {
-        let mut book = m.book();
-        let existing = key.as_ref().filter(|_| m.config.idempotency).and_then(|k| {
-            book.predictions
-                .iter()
-                .position(|p| p.key.as_deref() == Some(k.as_str()))
-        });
-        match existing {
-            Some(i) => (m.prediction_json(&book.predictions[i].clone()), false),
-            None => {
-                let p = Prediction {
-                    id: format!("pred_{}", uuid::Uuid::new_v4().simple()),
-                    key: key.clone(),
-                    model: body.model,
-                    behaviour,
-                    created: Instant::now(),
-                    cancelled: false,
-                    answer,
-                };
-                if is_check {
-                    book.paid_checks += 1;
-                } else {
-                    book.paid += 1;
-                }
-                *book
-                    .paid_by_key
-                    .entry(key.clone().unwrap_or_default())
-                    .or_insert(0) += 1;
-                let i = book.predictions.len();
-                book.by_id.insert(p.id.clone(), i);
-                let j = json!({"id": p.id, "status": "starting"});
-                book.predictions.push(p);
-                (j, true)
-            }
-        }
-    };
+    let (json, created) = record_prediction(&m, key, body.model, behaviour, answer, is_check);
     if created && behaviour == Behaviour::AcceptThenDrop {
         // Paid, and then no answer at all: the uncertain case.
         std::panic::panic_any(DropConnection);
@@ -385,6 +307,95 @@ async fn create(
         StatusCode::OK
     };
     (status, Json(json)).into_response()
+}
+
+/// A checker question: recorded, then answered as scripted (or with the
+/// default answer for its purpose).
+fn next_check(m: &MockProvider, input: &Value) -> (Behaviour, Option<Value>) {
+    let mut book = m.book();
+    book.received_checks.push(received(input));
+    let purpose = input["purpose"].as_str().unwrap_or_default().to_string();
+    match book.checks.pop_front() {
+        None => (Behaviour::Ok, Some(default_answer(&purpose))),
+        Some(Value::String(s)) if s == "down" => (Behaviour::Unavailable, None),
+        Some(Value::String(s)) if s == "fail" => (Behaviour::Fail, Some(Value::Null)),
+        Some(Value::String(s)) if s == "invalid_json" => {
+            (Behaviour::Ok, Some(json!("Sure! The edit looks {great")))
+        }
+        Some(answer) => (Behaviour::Ok, Some(answer)),
+    }
+}
+
+/// The answer of a scripted refusal (nothing paid), or none when the
+/// prediction is made. A hang never answers.
+async fn refusal(behaviour: Behaviour) -> Option<Response> {
+    Some(match behaviour {
+        Behaviour::RateLimit => {
+            let mut r = error(StatusCode::TOO_MANY_REQUESTS, "rate_limited", "slow down");
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            r
+        }
+        Behaviour::Unavailable => error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable",
+            "try again later",
+        ),
+        Behaviour::Unauthorized => {
+            error(StatusCode::UNAUTHORIZED, "unauthorized", "bad credentials")
+        }
+        Behaviour::Invalid => error(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_input",
+            "the input is invalid",
+        ),
+        Behaviour::Hang => {
+            std::future::pending::<()>().await;
+            unreachable!("pending never resolves");
+        }
+        _ => return None,
+    })
+}
+
+/// The prediction, paid and counted, or (idempotency on, a repeated key)
+/// the first one again unpaid. `true` when it was made now.
+fn record_prediction(
+    m: &MockProvider,
+    key: Option<String>,
+    model: String,
+    behaviour: Behaviour,
+    answer: Option<Value>,
+    is_check: bool,
+) -> (Value, bool) {
+    let mut book = m.book();
+    let existing = key.as_ref().filter(|_| m.config.idempotency).and_then(|k| {
+        book.predictions
+            .iter()
+            .position(|p| p.key.as_deref() == Some(k.as_str()))
+    });
+    if let Some(i) = existing {
+        return (m.prediction_json(&book.predictions[i].clone()), false);
+    }
+    let p = Prediction {
+        id: format!("pred_{}", uuid::Uuid::new_v4().simple()),
+        key: key.clone(),
+        model,
+        behaviour,
+        created: Instant::now(),
+        cancelled: false,
+        answer,
+    };
+    if is_check {
+        book.paid_checks += 1;
+    } else {
+        book.paid += 1;
+    }
+    *book.paid_by_key.entry(key.unwrap_or_default()).or_insert(0) += 1;
+    let i = book.predictions.len();
+    book.by_id.insert(p.id.clone(), i);
+    let json = json!({"id": p.id, "status": "starting"});
+    book.predictions.push(p);
+    (json, true)
 }
 
 async fn show(State(m): State<MockProvider>, Path(id): Path<String>) -> Response {

@@ -1,17 +1,18 @@
 //! Paid model providers: the `Provider` trait (submit with our idempotency
 //! key, poll, look up by key, fetch the output), its `local` and `http`
-//! implementations, the attempt runner that owns retries and fallback, the
-//! model configuration, and the mock provider server tests call over HTTP.
+//! implementations, the checkers, and the mock provider server tests call
+//! over HTTP. A provider knows one call at a time: what to do next (retry,
+//! fall back, park) is the attempt runner's (`engine::runner`), and which
+//! models exist is configuration's (`config::models`). This layer imports
+//! only `model`, `config` and `net`.
 
 pub mod checker;
-pub mod config;
 pub mod http;
 pub mod local;
 pub mod mock;
-pub mod runner;
 
+use crate::config::models::ModelSpec;
 use crate::model::Usd;
-use config::ModelSpec;
 use serde_json::Value;
 use std::time::Duration;
 

@@ -18,8 +18,8 @@ pub use records::{
     BudgetChangeKind, BudgetChangeListed, BudgetDay, Claim, Decided, Decision, Exposure, Finish,
     Hold, Job, JobCursor, JobEvent, JobFilter, LedgerEntry, MetricsSnapshot, NewApiToken, NewAsset,
     NewAttempt, NewDecision, NewJob, NewLedgerEntry, NewParked, NewRepair, NewUser, Op, Parked,
-    ParkedCount, ParkedCursor, ParkedFilter, ParkedSort, ParkedStage, Purpose, Recovery, SpendRow,
-    Spender, Submitted, Unit, User,
+    ParkedCount, ParkedCursor, ParkedFilter, ParkedSort, ParkedStage, Purpose, Recovery, Remedy,
+    SpendRow, Spender, Submitted, Unit, User,
 };
 pub use records::{
     ClaimedDelivery, Delivery, DeliveryFilter, DeliveryOutcome, NewWebhookEndpoint,
@@ -158,6 +158,19 @@ impl Counters {
     }
 }
 
+/// How an outbox row's envelope is written (rule 13). The envelope is the
+/// job as stored by the change it announces, so the store calls this in
+/// that change's transaction; but the wire format belongs to the layer
+/// above (`wire::envelope`), which hands it over at `connect`: the store
+/// never builds an API object itself.
+pub type EnvelopeWriter = fn(
+    crate::model::WebhookEvent,
+    &Job,
+    &[Attempt],
+    Option<&crate::model::LineageState>,
+    DateTime<Utc>,
+) -> String;
+
 /// Which database a store talks to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Backend {
@@ -187,15 +200,15 @@ macro_rules! dispatch {
 impl Store {
     /// Opens the database a URL names: `sqlite://PATH` (the file and its
     /// folder are created) or `postgres://...`.
-    pub async fn connect(url: &str) -> StoreResult<Store> {
+    pub async fn connect(url: &str, envelope: EnvelopeWriter) -> StoreResult<Store> {
         let counters = Arc::new(Counters::default());
         if url.starts_with("sqlite:") {
             Ok(Store::Sqlite(
-                sqlite::Backend::connect(url, counters).await?,
+                sqlite::Backend::connect(url, counters, envelope).await?,
             ))
         } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             Ok(Store::Postgres(
-                postgres::Backend::connect(url, counters).await?,
+                postgres::Backend::connect(url, counters, envelope).await?,
             ))
         } else {
             Err(StoreError::UnsupportedUrl(crate::config::redact_url(url)))

@@ -103,10 +103,15 @@ pub struct Backend {
     writer: PgPool,
     reader: PgPool,
     counters: Arc<Counters>,
+    envelope: super::EnvelopeWriter,
 }
 
 impl Backend {
-    pub async fn connect(url: &str, counters: Arc<Counters>) -> StoreResult<Backend> {
+    pub async fn connect(
+        url: &str,
+        counters: Arc<Counters>,
+        envelope: super::EnvelopeWriter,
+    ) -> StoreResult<Backend> {
         let pool = super::pool_options::<Db>()
             .max_connections(CONNECTIONS_MAX)
             .acquire_timeout(std::time::Duration::from_secs(10))
@@ -116,6 +121,7 @@ impl Backend {
             writer: pool.clone(),
             reader: pool,
             counters,
+            envelope,
         })
     }
 
@@ -136,6 +142,7 @@ impl Backend {
             writer: pool.clone(),
             reader: pool,
             counters: self.counters.clone(),
+            envelope: self.envelope,
         }
     }
 

@@ -590,22 +590,108 @@ pub struct Recovery {
 pub struct NewDecision {
     pub id: DecisionId,
     pub parked_id: ParkedId,
-    pub action: ReviewAction,
     pub evidence: String,
     pub reviewer: UserId,
     pub decided_at: DateTime<Utc>,
-    pub refund: Option<bool>,
-    pub release_hold: Option<bool>,
-    pub provider_job_id: Option<String>,
-    /// When the resumed status checks give up (resume_poll).
-    pub recovery_deadline: Option<DateTime<Utc>>,
-    /// For `new_attempt`: the new job's id (it copies the original's
-    /// request and price, without an idempotency key).
-    pub new_job: Option<JobId>,
-    /// For `accept_failure` and `new_attempt`: the error the job ends with.
-    pub failure: Option<serde_json::Value>,
-    /// For `reconcile`: the record's evidence in its new stage.
-    pub reconciled_evidence: Option<serde_json::Value>,
+    pub remedy: Remedy,
+}
+
+/// What a reviewer decided to do about parked work: the action with
+/// exactly the parameters that action takes, so that a decision cannot
+/// carry a refund it does not apply or lack the new job it names.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Remedy {
+    /// The attempt gets the provider job id an investigation found; the
+    /// record's evidence in its next stage says what the provider told.
+    Reconcile {
+        provider_job_id: String,
+        evidence: serde_json::Value,
+    },
+    /// Status checks resume until `deadline`.
+    ResumePoll { deadline: DateTime<Utc> },
+    /// The stored prediction's output is fetched again.
+    RetryDelivery,
+    /// The job ends failed with `failure`; the reviewer said whether the
+    /// credits go back and whether the budget hold is released.
+    AcceptFailure {
+        refund: bool,
+        release_hold: bool,
+        failure: serde_json::Value,
+    },
+    /// The job ends with `failure` and `new_job` (a copy of its request and
+    /// price, charged as the original is refunded) takes its place.
+    NewAttempt {
+        new_job: JobId,
+        failure: serde_json::Value,
+    },
+}
+
+impl Remedy {
+    pub fn action(&self) -> ReviewAction {
+        match self {
+            Remedy::Reconcile { .. } => ReviewAction::Reconcile,
+            Remedy::ResumePoll { .. } => ReviewAction::ResumePoll,
+            Remedy::RetryDelivery => ReviewAction::RetryDelivery,
+            Remedy::AcceptFailure { .. } => ReviewAction::AcceptFailure,
+            Remedy::NewAttempt { .. } => ReviewAction::NewAttempt,
+        }
+    }
+
+    pub fn refund(&self) -> Option<bool> {
+        match self {
+            Remedy::AcceptFailure { refund, .. } => Some(*refund),
+            _ => None,
+        }
+    }
+
+    pub fn release_hold(&self) -> Option<bool> {
+        match self {
+            Remedy::AcceptFailure { release_hold, .. } => Some(*release_hold),
+            _ => None,
+        }
+    }
+
+    pub fn provider_job_id(&self) -> Option<&str> {
+        match self {
+            Remedy::Reconcile {
+                provider_job_id, ..
+            } => Some(provider_job_id),
+            _ => None,
+        }
+    }
+
+    pub fn new_job(&self) -> Option<JobId> {
+        match self {
+            Remedy::NewAttempt { new_job, .. } => Some(*new_job),
+            _ => None,
+        }
+    }
+
+    pub fn recovery_deadline(&self) -> Option<DateTime<Utc>> {
+        match self {
+            Remedy::ResumePoll { deadline } => Some(*deadline),
+            _ => None,
+        }
+    }
+
+    /// The error the job ends with, for the two actions that end it.
+    pub fn failure(&self) -> Option<&serde_json::Value> {
+        match self {
+            Remedy::AcceptFailure { failure, .. } | Remedy::NewAttempt { failure, .. } => {
+                Some(failure)
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether `recorded` is this same decision: the same action with the
+    /// same parameters (evidence text is commentary, and may differ).
+    pub fn is_recorded_as(&self, recorded: &Decision) -> bool {
+        recorded.action == self.action()
+            && recorded.refund == self.refund()
+            && recorded.release_hold == self.release_hold()
+            && recorded.provider_job_id.as_deref() == self.provider_job_id()
+    }
 }
 
 /// What a decision came to.

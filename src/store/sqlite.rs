@@ -105,10 +105,15 @@ pub struct Backend {
     writer: SqlitePool,
     reader: SqlitePool,
     counters: Arc<Counters>,
+    envelope: super::EnvelopeWriter,
 }
 
 impl Backend {
-    pub async fn connect(url: &str, counters: Arc<Counters>) -> StoreResult<Backend> {
+    pub async fn connect(
+        url: &str,
+        counters: Arc<Counters>,
+        envelope: super::EnvelopeWriter,
+    ) -> StoreResult<Backend> {
         let options = SqliteConnectOptions::from_str(url)?
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
@@ -133,6 +138,7 @@ impl Backend {
             writer,
             reader,
             counters,
+            envelope,
         })
     }
 

@@ -62,7 +62,7 @@ pub(super) mod ssr {
         let Some(state) = t.lineage_state(job).await? else {
             return Ok(None);
         };
-        let versions = t.store().lineage_versions(state.root).await?;
+        let versions = t.lineage_versions(&state).await?;
         let balance = t.user(viewer.id).await?.balance.get();
         let closed = closed_reason(&state, job, viewer);
         let mut n = 0;
@@ -154,48 +154,9 @@ pub(super) mod ssr {
                     },
                     "plain",
                 ),
-                "step" => match s("step").as_str() {
-                    "readiness" => (
-                        match d["observation"].as_str() {
-                            Some(o) if !o.is_empty() => format!("Checked the photo: {o}"),
-                            _ => "Checked the photo: ready to edit.".into(),
-                        },
-                        "ok",
-                    ),
-                    "generate" => ("The model finished the edit.".into(), "ok"),
-                    "review" => match s("verdict").as_str() {
-                        "passed" => ("Checked the result: it looks right.".into(), "ok"),
-                        "issues" => (
-                            format!("Checked the result and found something: {}", s("notes")),
-                            "warn",
-                        ),
-                        _ => (
-                            "The result could not be checked (not verified).".into(),
-                            "warn",
-                        ),
-                    },
-                    "compare" => match s("outcome").as_str() {
-                        "improved" => (
-                            "Compared with the version you had: better, so this one is yours now."
-                                .into(),
-                            "ok",
-                        ),
-                        "unchanged" => (
-                            "Compared with the version you had: no better, so we kept yours."
-                                .into(),
-                            "warn",
-                        ),
-                        "worse" => (
-                            "Compared with the version you had: worse, so we kept yours.".into(),
-                            "warn",
-                        ),
-                        _ => (
-                            "The comparison could not run, so we kept the version you had."
-                                .into(),
-                            "warn",
-                        ),
-                    },
-                    _ => continue,
+                "step" => match step_words(d) {
+                    Some(words) => words,
+                    None => continue,
                 },
                 "attempt" if d["purpose"].as_str().unwrap_or("generate") == "generate" => {
                     sent += 1;
@@ -206,33 +167,14 @@ pub(super) mod ssr {
                     }
                 }
                 "succeeded" => ("Finished.".into(), "ok"),
-                "failed" => (
-                    match s("code").as_str() {
-                        "NOT_READY" => "Stopped before anything was paid for: the photo needs an answer from you first.".to_string(),
-                        "SPENDING_PAUSED" => "Stopped: spending is paused today, so nothing was sent.".to_string(),
-                        "" => "Stopped: it did not work.".to_string(),
-                        code => format!("Stopped: it did not work ({}).", code.to_lowercase().replace('_', " ")),
-                    },
-                    "bad",
-                ),
+                "failed" => (failure_words(&s("code")), "bad"),
                 "cancelled" => ("Cancelled.".into(), "plain"),
                 "refunded" => ("Refunded: your credits are back.".into(), "ok"),
                 "parked" => (
                     "Waiting for a person to check it; nothing more is spent meanwhile.".into(),
                     "warn",
                 ),
-                "decision" => (
-                    match s("action").as_str() {
-                        "reconcile" => "A reviewer found the provider's job for this edit.",
-                        "resume_poll" => "A reviewer asked us to check on it with the provider again.",
-                        "retry_delivery" => "A reviewer asked us to fetch the finished result again.",
-                        "accept_failure" => "A reviewer closed it as failed.",
-                        "new_attempt" => "A reviewer ordered a new attempt in its place.",
-                        _ => "A reviewer decided what happens next.",
-                    }
-                    .into(),
-                    "plain",
-                ),
+                "decision" => (decision_words(&s("action")).into(), "plain"),
                 "cancelled_while_parked" => (
                     "Cancelled while it waited for a reviewer; a reviewer still settles what the provider may have charged.".into(),
                     "plain",
@@ -246,5 +188,81 @@ pub(super) mod ssr {
             });
         }
         out
+    }
+
+    /// A workflow step in a person's words, or none for steps they need
+    /// not read about.
+    fn step_words(d: &serde_json::Value) -> Option<(String, &'static str)> {
+        let s = |x: &str| d[x].as_str().unwrap_or_default().to_string();
+        Some(match s("step").as_str() {
+            "readiness" => (
+                match d["observation"].as_str() {
+                    Some(o) if !o.is_empty() => format!("Checked the photo: {o}"),
+                    _ => "Checked the photo: ready to edit.".into(),
+                },
+                "ok",
+            ),
+            "generate" => ("The model finished the edit.".into(), "ok"),
+            "review" => match s("verdict").as_str() {
+                "passed" => ("Checked the result: it looks right.".into(), "ok"),
+                "issues" => (
+                    format!("Checked the result and found something: {}", s("notes")),
+                    "warn",
+                ),
+                _ => (
+                    "The result could not be checked (not verified).".into(),
+                    "warn",
+                ),
+            },
+            "compare" => match s("outcome").as_str() {
+                "improved" => (
+                    "Compared with the version you had: better, so this one is yours now.".into(),
+                    "ok",
+                ),
+                "unchanged" => (
+                    "Compared with the version you had: no better, so we kept yours.".into(),
+                    "warn",
+                ),
+                "worse" => (
+                    "Compared with the version you had: worse, so we kept yours.".into(),
+                    "warn",
+                ),
+                _ => (
+                    "The comparison could not run, so we kept the version you had.".into(),
+                    "warn",
+                ),
+            },
+            _ => return None,
+        })
+    }
+
+    /// Why a job stopped, from its error code.
+    fn failure_words(code: &str) -> String {
+        match code {
+            "NOT_READY" => {
+                "Stopped before anything was paid for: the photo needs an answer from you first."
+                    .to_string()
+            }
+            "SPENDING_PAUSED" => {
+                "Stopped: spending is paused today, so nothing was sent.".to_string()
+            }
+            "" => "Stopped: it did not work.".to_string(),
+            code => format!(
+                "Stopped: it did not work ({}).",
+                code.to_lowercase().replace('_', " ")
+            ),
+        }
+    }
+
+    /// What a reviewer's decision means for the person.
+    fn decision_words(action: &str) -> &'static str {
+        match action {
+            "reconcile" => "A reviewer found the provider's job for this edit.",
+            "resume_poll" => "A reviewer asked us to check on it with the provider again.",
+            "retry_delivery" => "A reviewer asked us to fetch the finished result again.",
+            "accept_failure" => "A reviewer closed it as failed.",
+            "new_attempt" => "A reviewer ordered a new attempt in its place.",
+            _ => "A reviewer decided what happens next.",
+        }
     }
 }

@@ -3,11 +3,13 @@
 //! calls the engine; there is no SQL here.
 
 mod edit;
+pub mod flash;
 mod review;
 mod spend;
 mod webhooks;
 
 pub use edit::*;
+pub use flash::{Flash, FlashKind};
 pub use review::*;
 pub use spend::*;
 pub use webhooks::*;
@@ -21,23 +23,6 @@ pub struct Me {
     pub id: String,
     pub email: String,
     pub role: Role,
-}
-
-#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
-pub enum FlashKind {
-    Ok,
-    Error,
-}
-
-/// A one-time message left by a form post for the page it redirects to.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-pub struct Flash {
-    pub kind: FlashKind,
-    pub message: String,
-    /// A secret to show exactly once (a new API token).
-    pub secret: Option<String>,
-    /// What the person typed, to fill the form again after an error.
-    pub email: Option<String>,
 }
 
 /// Everything the layout needs: who is signed in, and any flash message.
@@ -86,8 +71,8 @@ pub struct UserRow {
 #[cfg(feature = "ssr")]
 mod ssr {
     use leptos::prelude::*;
-    use tollgate::auth::{Principal, ResolvedPrincipal};
     use tollgate::model::Role;
+    use tollgate::usecases::auth::{Principal, ResolvedPrincipal};
     use tollgate::Tollgate;
 
     pub fn engine() -> Result<Tollgate, ServerFnError> {
@@ -131,14 +116,14 @@ pub async fn load_page_context() -> Result<PageContext, ServerFnError> {
         email: p.user.email.to_string(),
         role: p.user.role,
     });
-    let mut flash = crate::server::flash::take().await;
+    let mut flash = flash::take().await;
     // A secret made by the last form post arrives in its own cookie, once.
     let headers = leptos_axum::extract::<axum::http::HeaderMap>().await?;
     let secure = engine()?.config().secure_cookies;
-    let secret = if crate::server::flash::has_secret(&headers, secure) {
-        crate::server::flash::clear_secret(secure);
+    let secret = if flash::has_secret(&headers, secure) {
+        flash::clear_secret(secure);
         let session = leptos_axum::extract::<tower_sessions::Session>().await?;
-        crate::server::flash::take_secret(&session, &headers, secure).await
+        flash::take_secret(&session, &headers, secure).await
     } else {
         None
     };
@@ -453,7 +438,7 @@ pub async fn load_job_detail(id: String) -> Result<JobDetail, ServerFnError> {
     let t = engine()?;
     let job = t.visible_job(&p.user, id).await.map_err(fail)?;
     let events = t.job_events(&p.user, id).await.map_err(fail)?;
-    let attempts = t.store().attempts(id).await.map_err(|e| fail(e.into()))?;
+    let attempts = t.job_attempts(&p.user, id).await.map_err(fail)?;
     let lineage = edit::ssr::lineage_view(&t, &p.user, &job)
         .await
         .map_err(fail)?;
@@ -464,26 +449,8 @@ pub async fn load_job_detail(id: String) -> Result<JobDetail, ServerFnError> {
     let parked = match record {
         None => None,
         Some(p) => {
-            let decision = t
-                .store()
-                .decisions(p.id)
-                .await
-                .map_err(|e| fail(e.into()))?
-                .pop();
-            Some(ParkedRow {
-                stage: p.stage.as_str().to_string(),
-                active: p.state.is_active(),
-                reason: p.evidence["reason"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string(),
-                provider_job_id: p.provider_job_id,
-                hold_usd: p.hold_usd.map(|h| h.to_string()),
-                since: p.created_at.format("%Y-%m-%d %H:%M:%S UTC").to_string(),
-                decision: decision.as_ref().map(|d| decided_in_words(d, p.state)),
-                new_job: decision.and_then(|d| d.new_job_id).map(|j| j.to_string()),
-                cancelled: job.status == tollgate::model::JobStatus::Cancelled,
-            })
+            let decision = t.decisions(p.id).await.map_err(fail)?.pop();
+            Some(parked_row(p, decision, job.status))
         }
     };
     let kept = kept_words(
@@ -495,20 +462,7 @@ pub async fn load_job_detail(id: String) -> Result<JobDetail, ServerFnError> {
         lineage,
         story,
         parked,
-        attempts: attempts
-            .into_iter()
-            .map(|a| AttemptRow {
-                provider: a.provider,
-                model: a.model,
-                attempt_no: a.attempt_no,
-                state: a.state.as_str().to_string(),
-                error_class: a.error_class,
-                provider_job_id: a.provider_job_id,
-                duration_ms: a.duration_ms,
-                cost_usd: a.cost_usd.map(|c| c.to_string()),
-                cost_source: a.cost_source.map(|c| c.as_str().to_string()),
-            })
-            .collect(),
+        attempts: attempts.into_iter().map(attempt_row).collect(),
         job: job_row(job),
         events: events
             .into_iter()
@@ -520,6 +474,44 @@ pub async fn load_job_detail(id: String) -> Result<JobDetail, ServerFnError> {
             })
             .collect(),
     })
+}
+
+/// Why a job waits for a person, and what was decided, for its page.
+#[cfg(feature = "ssr")]
+fn parked_row(
+    p: tollgate::store::Parked,
+    decision: Option<tollgate::store::Decision>,
+    job_status: tollgate::model::JobStatus,
+) -> ParkedRow {
+    ParkedRow {
+        stage: p.stage.as_str().to_string(),
+        active: p.state.is_active(),
+        reason: p.evidence["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+        provider_job_id: p.provider_job_id,
+        hold_usd: p.hold_usd.map(|h| h.to_string()),
+        since: p.created_at.format("%Y-%m-%d %H:%M:%S UTC").to_string(),
+        decision: decision.as_ref().map(|d| decided_in_words(d, p.state)),
+        new_job: decision.and_then(|d| d.new_job_id).map(|j| j.to_string()),
+        cancelled: job_status == tollgate::model::JobStatus::Cancelled,
+    }
+}
+
+#[cfg(feature = "ssr")]
+fn attempt_row(a: tollgate::store::Attempt) -> AttemptRow {
+    AttemptRow {
+        provider: a.provider,
+        model: a.model,
+        attempt_no: a.attempt_no,
+        state: a.state.as_str().to_string(),
+        error_class: a.error_class,
+        provider_job_id: a.provider_job_id,
+        duration_ms: a.duration_ms,
+        cost_usd: a.cost_usd.map(|c| c.to_string()),
+        cost_source: a.cost_source.map(|c| c.as_str().to_string()),
+    }
 }
 
 /// The retention policy for a person's photos, in words.
@@ -546,12 +538,12 @@ pub async fn load_composer(from: Option<String>) -> Result<Composer, ServerFnErr
             if let (true, tollgate::model::JobRequest::ImageEdit(e)) =
                 (job.user_id == p.user.id, &job.request)
             {
-                if let Some(asset) = t
-                    .store()
-                    .asset(e.source)
-                    .await
-                    .map_err(|e| fail(e.into()))?
-                {
+                let asset = match t.visible_asset(&p.user, e.source).await {
+                    Ok(asset) => Some(asset),
+                    Err(tollgate::Error::NotFound(_)) => None,
+                    Err(e) => return Err(fail(e)),
+                };
+                if let Some(asset) = asset {
                     prefill = Some(Prefill {
                         asset_id: asset.id.to_string(),
                         width: asset.width,
@@ -793,98 +785,95 @@ mod reference {
                     .collect()
             })
             .unwrap_or_default();
-        if let Some(paths) = doc["paths"].as_object() {
-            for (path, item) in paths {
-                let Some(item) = item.as_object() else {
-                    continue;
-                };
-                for (method, op) in item {
-                    let tag = op["tags"][0].as_str().unwrap_or("other").to_string();
-                    let operation = ApiOperation {
-                        id: text(&op["operationId"]),
-                        method: method.to_uppercase(),
-                        path: path.clone(),
-                        summary: text(&op["summary"]),
-                        signed_in: op["security"].is_array(),
-                        params: op["parameters"]
-                            .as_array()
-                            .map(|ps| {
-                                ps.iter()
-                                    .map(|p| ApiField {
-                                        name: text(&p["name"]),
-                                        place: text(&p["in"]),
-                                        required: p["required"].as_bool().unwrap_or(false),
-                                        kind: kind(&p["schema"]),
-                                        description: text(&p["description"]),
-                                    })
-                                    .collect()
-                            })
-                            .unwrap_or_default(),
-                        body: op["requestBody"]["content"]
-                            .as_object()
-                            .map(|c| {
-                                c.iter()
-                                    .map(|(media, m)| (media.clone(), kind(&m["schema"])))
-                                    .collect()
-                            })
-                            .unwrap_or_default(),
-                        responses: op["responses"]
-                            .as_object()
-                            .map(|rs| {
-                                rs.iter()
-                                    .map(|(status, r)| ApiResponse {
-                                        status: status.clone(),
-                                        description: text(&r["description"]),
-                                        schema: r["content"].as_object().and_then(|c| {
-                                            c.values().next().map(|m| kind(&m["schema"]))
-                                        }),
-                                        links: r["links"]
-                                            .as_object()
-                                            .map(|l| {
-                                                l.values()
-                                                    .map(|x| text(&x["operationId"]))
-                                                    .collect()
-                                            })
-                                            .unwrap_or_default(),
-                                    })
-                                    .collect()
-                            })
-                            .unwrap_or_default(),
-                    };
-                    match groups.iter_mut().find(|g| g.tag == tag) {
-                        Some(g) => g.operations.push(operation),
-                        None => groups.push(ApiGroup {
-                            tag,
-                            description: String::new(),
-                            operations: vec![operation],
-                        }),
-                    }
+        let paths = doc["paths"].as_object().into_iter().flatten();
+        for (path, item) in paths {
+            for (method, op) in item.as_object().into_iter().flatten() {
+                let tag = op["tags"][0].as_str().unwrap_or("other").to_string();
+                let operation = operation(path, method, op);
+                match groups.iter_mut().find(|g| g.tag == tag) {
+                    Some(g) => g.operations.push(operation),
+                    None => groups.push(ApiGroup {
+                        tag,
+                        description: String::new(),
+                        operations: vec![operation],
+                    }),
                 }
             }
         }
-        let schemas = doc["components"]["schemas"]
-            .as_object()
-            .map(|s| {
-                s.iter()
-                    .map(|(name, v)| ApiSchema {
-                        name: name.clone(),
-                        description: text(&v["description"]),
-                        fields: fields(v),
-                        kind: if v["properties"].is_object() {
-                            "object".into()
-                        } else {
-                            kind(v)
-                        },
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
         ApiReference {
             title: text(&doc["info"]["title"]),
             description: text(&doc["info"]["description"]),
             groups,
-            schemas,
+            schemas: schemas(doc),
         }
+    }
+
+    fn operation(path: &str, method: &str, op: &Value) -> ApiOperation {
+        ApiOperation {
+            id: text(&op["operationId"]),
+            method: method.to_uppercase(),
+            path: path.to_string(),
+            summary: text(&op["summary"]),
+            signed_in: op["security"].is_array(),
+            params: op["parameters"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|p| ApiField {
+                    name: text(&p["name"]),
+                    place: text(&p["in"]),
+                    required: p["required"].as_bool().unwrap_or(false),
+                    kind: kind(&p["schema"]),
+                    description: text(&p["description"]),
+                })
+                .collect(),
+            body: op["requestBody"]["content"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .map(|(media, m)| (media.clone(), kind(&m["schema"])))
+                .collect(),
+            responses: op["responses"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .map(|(status, r)| response(status, r))
+                .collect(),
+        }
+    }
+
+    fn response(status: &str, r: &Value) -> ApiResponse {
+        ApiResponse {
+            status: status.to_string(),
+            description: text(&r["description"]),
+            schema: r["content"]
+                .as_object()
+                .and_then(|c| c.values().next().map(|m| kind(&m["schema"]))),
+            links: r["links"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .map(|(_, x)| text(&x["operationId"]))
+                .collect(),
+        }
+    }
+
+    fn schemas(doc: &Value) -> Vec<ApiSchema> {
+        doc["components"]["schemas"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(name, v)| ApiSchema {
+                name: name.clone(),
+                description: text(&v["description"]),
+                fields: fields(v),
+                kind: if v["properties"].is_object() {
+                    "object".into()
+                } else {
+                    kind(v)
+                },
+            })
+            .collect()
     }
 
     #[cfg(test)]

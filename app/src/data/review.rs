@@ -253,11 +253,97 @@ pub(crate) fn decision_row(d: &tollgate::store::Decision) -> DecisionRow {
     }
 }
 
+/// The queue page's parts, each from the engine's records.
+#[cfg(feature = "ssr")]
+mod queue {
+    use super::super::ssr::when;
+    use super::{age_words, QueueRow, StageCount};
+    use chrono::{DateTime, Utc};
+    use tollgate::model::{ParkedStage, ParkedState};
+    use tollgate::store::{Parked, ParkedCount};
+    use tollgate::usecases::parked::exposure_words;
+
+    /// Open and recovering records per stage, and the oldest one's age.
+    pub fn stage_counts(counts: &[ParkedCount], now: DateTime<Utc>) -> Vec<StageCount> {
+        ParkedStage::ALL
+            .iter()
+            .map(|s| {
+                let of: Vec<_> = counts.iter().filter(|c| c.stage == *s).collect();
+                let sum = |open: bool| {
+                    of.iter()
+                        .filter(|c| (c.state == ParkedState::Open) == open)
+                        .map(|c| c.count)
+                        .sum()
+                };
+                StageCount {
+                    stage: s.as_str().to_string(),
+                    label: s.label().to_string(),
+                    open: sum(true),
+                    in_recovery: sum(false),
+                    oldest: of
+                        .iter()
+                        .map(|c| c.oldest)
+                        .min()
+                        .map(|o| age_words((now - o).num_seconds())),
+                }
+            })
+            .collect()
+    }
+
+    pub fn row(r: &Parked, now: DateTime<Utc>) -> QueueRow {
+        QueueRow {
+            id: r.id.to_string(),
+            job_id: r.job_id.to_string(),
+            user: r.user_email.as_str().to_string(),
+            stage: r.stage.as_str().to_string(),
+            stage_label: r.stage.label().to_string(),
+            state: r.state.as_str().to_string(),
+            model: r.model.clone(),
+            age: age_words((now - r.created_at).num_seconds()),
+            parked_at: when(r.created_at),
+            exposure: exposure_words(r.exposure_usd),
+            hold: r.hold_usd.map(|h| h.dollars()),
+            reason: r.evidence["reason"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+        }
+    }
+
+    /// The bulk form offers what every matching record's stage allows.
+    pub fn bulk_actions(matching: &[Parked]) -> Vec<(String, String)> {
+        let mut bulk: Option<Vec<tollgate::model::ReviewAction>> = None;
+        for r in matching {
+            let allowed = r.stage.allows_for(r.job_status).to_vec();
+            bulk = Some(match bulk {
+                None => allowed,
+                Some(b) => b.into_iter().filter(|a| allowed.contains(a)).collect(),
+            });
+        }
+        bulk.unwrap_or_default()
+            .into_iter()
+            .map(|a| (a.as_str().to_string(), a.label().to_string()))
+            .collect()
+    }
+
+    /// Models with records waiting (and the one filtered on), for the filter.
+    pub fn models(records: &[Parked], waiting: &[Parked], chosen: Option<&str>) -> Vec<String> {
+        let mut models: Vec<String> = records
+            .iter()
+            .chain(waiting)
+            .filter_map(|r| r.model.clone())
+            .chain(chosen.map(str::to_string))
+            .collect();
+        models.sort();
+        models.dedup();
+        models
+    }
+}
+
 #[server]
 pub async fn load_review_queue(filters: ReviewFilters) -> Result<ReviewQueue, ServerFnError> {
     use super::ssr::*;
-    use tollgate::model::{ParkedStage, ParkedState};
-    use tollgate::parked::{exposure_words, ParkedQuery};
+    use tollgate::usecases::parked::ParkedQuery;
     require(Role::Reviewer).await?;
     let t = engine()?;
     let query = ParkedQuery {
@@ -274,40 +360,6 @@ pub async fn load_review_queue(filters: ReviewFilters) -> Result<ReviewQueue, Se
     let preview = t.bulk_preview(&query).await.map_err(fail)?;
     let matching = &preview.records;
     let now = chrono::Utc::now();
-    let stage_counts = ParkedStage::ALL
-        .iter()
-        .map(|s| {
-            let of: Vec<_> = counts.iter().filter(|c| c.stage == *s).collect();
-            StageCount {
-                stage: s.as_str().to_string(),
-                label: s.label().to_string(),
-                open: of
-                    .iter()
-                    .filter(|c| c.state == ParkedState::Open)
-                    .map(|c| c.count)
-                    .sum(),
-                in_recovery: of
-                    .iter()
-                    .filter(|c| c.state != ParkedState::Open)
-                    .map(|c| c.count)
-                    .sum(),
-                oldest: of
-                    .iter()
-                    .map(|c| c.oldest)
-                    .min()
-                    .map(|o| age_words((now - o).num_seconds())),
-            }
-        })
-        .collect();
-    // The bulk form offers what every matching record's stage allows.
-    let mut bulk: Option<Vec<tollgate::model::ReviewAction>> = None;
-    for r in matching {
-        let allowed = r.stage.allows_for(r.job_status).to_vec();
-        bulk = Some(match bulk {
-            None => allowed,
-            Some(b) => b.into_iter().filter(|a| allowed.contains(a)).collect(),
-        });
-    }
     let unresolved: Vec<_> = t
         .parked_matching(&ParkedQuery {
             stage: Some("submission_uncertain".into()),
@@ -315,54 +367,16 @@ pub async fn load_review_queue(filters: ReviewFilters) -> Result<ReviewQueue, Se
         })
         .await
         .map_err(fail)?;
-    // Models with records waiting, for the filter.
     let waiting = t
         .parked_matching(&ParkedQuery::default())
         .await
         .map_err(fail)?;
-    let mut models: Vec<String> = Vec::new();
-    for r in records.iter().chain(waiting.iter()) {
-        if let Some(m) = &r.model {
-            if !models.contains(m) {
-                models.push(m.clone());
-            }
-        }
-    }
-    if let Some(m) = query.model.clone() {
-        if !models.contains(&m) {
-            models.push(m);
-        }
-    }
-    models.sort();
     Ok(ReviewQueue {
-        counts: stage_counts,
-        rows: records
-            .iter()
-            .map(|r| QueueRow {
-                id: r.id.to_string(),
-                job_id: r.job_id.to_string(),
-                user: r.user_email.as_str().to_string(),
-                stage: r.stage.as_str().to_string(),
-                stage_label: r.stage.label().to_string(),
-                state: r.state.as_str().to_string(),
-                model: r.model.clone(),
-                age: age_words((now - r.created_at).num_seconds()),
-                parked_at: when(r.created_at),
-                exposure: exposure_words(r.exposure_usd),
-                hold: r.hold_usd.map(|h| h.dollars()),
-                reason: r.evidence["reason"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string(),
-            })
-            .collect(),
+        counts: queue::stage_counts(&counts, now),
+        rows: records.iter().map(|r| queue::row(r, now)).collect(),
         next_cursor: next,
         matching_open: matching.len() as i64,
-        bulk_actions: bulk
-            .unwrap_or_default()
-            .into_iter()
-            .map(|a| (a.as_str().to_string(), a.label().to_string()))
-            .collect(),
+        bulk_actions: queue::bulk_actions(matching),
         bulk: BulkCosts {
             records: matching
                 .iter()
@@ -373,7 +387,7 @@ pub async fn load_review_queue(filters: ReviewFilters) -> Result<ReviewQueue, Se
             day_room: preview.day_room_usd.dollars(),
             new_attempts_fit: preview.new_attempts_fit,
         },
-        models,
+        models: queue::models(&records, &waiting, query.model.as_deref()),
         unresolved: unresolved.len() as i64,
         unresolved_last_hour: unresolved
             .iter()
@@ -382,10 +396,75 @@ pub async fn load_review_queue(filters: ReviewFilters) -> Result<ReviewQueue, Se
     })
 }
 
+/// The record page's parts.
+#[cfg(feature = "ssr")]
+mod record {
+    use super::super::ssr::when;
+    use super::ReviewAttemptRow;
+    use serde_json::Value;
+    use tollgate::store::Attempt;
+
+    /// A JSON value as text, none for null.
+    pub fn text(v: &Value) -> Option<String> {
+        match v {
+            Value::Null => None,
+            Value::String(s) => Some(s.clone()),
+            other => Some(other.to_string()),
+        }
+    }
+
+    /// The evidence a reviewer reads first, labelled; the raw JSON is
+    /// shown apart.
+    pub fn evidence(e: &Value) -> Vec<(String, String)> {
+        let mut evidence: Vec<(String, String)> = [
+            ("Sent at", &e["attempt"]["sent_at"]),
+            ("Idempotency key", &e["attempt"]["idempotency_key"]),
+            ("Provider", &e["attempt"]["provider"]),
+            ("Endpoint", &e["attempt"]["endpoint"]),
+            ("Model", &e["attempt"]["model"]),
+            ("Attempt", &e["attempt"]["attempt_no"]),
+            ("Waited (s)", &e["waited_s"]),
+        ]
+        .into_iter()
+        .filter_map(|(label, value)| text(value).map(|v| (label.to_string(), v)))
+        .collect();
+        if evidence.is_empty() {
+            if let Some(k) = text(&e["idempotency_key"]) {
+                evidence.push(("Idempotency key".into(), k));
+            }
+        }
+        evidence
+    }
+
+    pub fn attempt_row(a: &Attempt) -> ReviewAttemptRow {
+        ReviewAttemptRow {
+            attempt_no: a.attempt_no,
+            model: a.model.clone(),
+            provider: a.provider.clone(),
+            state: a.state.as_str().to_string(),
+            error_class: a.error_class.clone(),
+            error: a.error.clone(),
+            provider_job_id: a.provider_job_id.clone(),
+            idempotency_key: a.idempotency_key.clone(),
+            started: when(a.started_at),
+            cost: match (a.cost_usd, a.state.is_open()) {
+                (Some(c), _) => format!(
+                    "{} {}",
+                    c.dollars(),
+                    a.cost_source.map(|s| s.as_str()).unwrap_or_default()
+                ),
+                (None, true) => "not yet known".into(),
+                (None, false) => "unpriced".into(),
+            },
+            hold: a.hold_usd.map(|h| h.dollars()),
+        }
+    }
+}
+
 #[server]
 pub async fn load_review_record(id: String) -> Result<ReviewRecord, ServerFnError> {
     use super::ssr::*;
-    use tollgate::parked::exposure_words;
+    use tollgate::usecases::parked::exposure_words;
     require(Role::Reviewer).await?;
     let t = engine()?;
     let id = id
@@ -395,30 +474,7 @@ pub async fn load_review_record(id: String) -> Result<ReviewRecord, ServerFnErro
     let r = &v.record;
     let now = chrono::Utc::now();
     let e = &r.evidence;
-    let text = |v: &serde_json::Value| match v {
-        serde_json::Value::Null => None,
-        serde_json::Value::String(s) => Some(s.clone()),
-        other => Some(other.to_string()),
-    };
-    let mut evidence = Vec::new();
-    for (label, value) in [
-        ("Sent at", &e["attempt"]["sent_at"]),
-        ("Idempotency key", &e["attempt"]["idempotency_key"]),
-        ("Provider", &e["attempt"]["provider"]),
-        ("Endpoint", &e["attempt"]["endpoint"]),
-        ("Model", &e["attempt"]["model"]),
-        ("Attempt", &e["attempt"]["attempt_no"]),
-        ("Waited (s)", &e["waited_s"]),
-    ] {
-        if let Some(v) = text(value) {
-            evidence.push((label.to_string(), v));
-        }
-    }
-    if evidence.is_empty() {
-        if let Some(k) = text(&e["idempotency_key"]) {
-            evidence.push(("Idempotency key".into(), k));
-        }
-    }
+    let text = record::text;
     Ok(ReviewRecord {
         id: r.id.to_string(),
         job_id: r.job_id.to_string(),
@@ -432,7 +488,7 @@ pub async fn load_review_record(id: String) -> Result<ReviewRecord, ServerFnErro
         round: r.round,
         reason: text(&e["reason"]).unwrap_or_default(),
         last_error: text(&e["last_error"]),
-        evidence,
+        evidence: record::evidence(e),
         evidence_json: serde_json::to_string_pretty(e).unwrap_or_default(),
         provider_job_id: r.provider_job_id.clone(),
         fingerprint: r.request_sha256.clone(),
@@ -456,31 +512,7 @@ pub async fn load_review_record(id: String) -> Result<ReviewRecord, ServerFnErro
         } else {
             Vec::new()
         },
-        attempts: v
-            .attempts
-            .iter()
-            .map(|a| ReviewAttemptRow {
-                attempt_no: a.attempt_no,
-                model: a.model.clone(),
-                provider: a.provider.clone(),
-                state: a.state.as_str().to_string(),
-                error_class: a.error_class.clone(),
-                error: a.error.clone(),
-                provider_job_id: a.provider_job_id.clone(),
-                idempotency_key: a.idempotency_key.clone(),
-                started: when(a.started_at),
-                cost: match (a.cost_usd, a.state.is_open()) {
-                    (Some(c), _) => format!(
-                        "{} {}",
-                        c.dollars(),
-                        a.cost_source.map(|s| s.as_str()).unwrap_or_default()
-                    ),
-                    (None, true) => "not yet known".into(),
-                    (None, false) => "unpriced".into(),
-                },
-                hold: a.hold_usd.map(|h| h.dollars()),
-            })
-            .collect(),
+        attempts: v.attempts.iter().map(record::attempt_row).collect(),
         decisions: v.decisions.iter().map(decision_row).collect(),
         events: v
             .events

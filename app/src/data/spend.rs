@@ -205,10 +205,51 @@ mod convert {
     use super::*;
     use std::collections::HashMap;
     use tollgate::model::{JobStatus, Usd, UserId};
-    use tollgate::spend::SpendDay;
     use tollgate::store::AttemptListed;
+    use tollgate::usecases::spend::SpendDay;
 
-    pub fn spender_row(u: &tollgate::budget::ShareUse) -> SpenderRow {
+    /// One change of a day's breaker: what, why, by whom and when.
+    pub fn change_row(c: &tollgate::store::BudgetChangeListed) -> ChangeRow {
+        use tollgate::store::BudgetChangeKind;
+        ChangeRow {
+            day: c.day.to_string(),
+            what: match c.change.kind {
+                BudgetChangeKind::Cap(cap) => format!("Cap set to {}", cap.dollars()),
+                BudgetChangeKind::Halt => "Halted".into(),
+                BudgetChangeKind::Resume => "Resumed".into(),
+            },
+            reason: c.change.reason.clone(),
+            by: c
+                .by_email
+                .as_ref()
+                .map(|e| e.to_string())
+                .unwrap_or_else(|| "the command line".into()),
+            when: super::super::ssr::when(c.change.at),
+        }
+    }
+
+    /// An attempt still holding budget, and what will settle it.
+    pub fn hold_row(h: &AttemptListed) -> HoldRow {
+        let (standing, settlement) = standing(h);
+        HoldRow {
+            job_id: h.attempt.job_id.to_string(),
+            day: h
+                .attempt
+                .budget_day
+                .map(|d| d.to_string())
+                .unwrap_or_default(),
+            user: h.user_email.to_string(),
+            model: h.attempt.model.clone(),
+            attempt_no: h.attempt.attempt_no,
+            state: h.attempt.state.as_str().to_string(),
+            hold: h.attempt.hold_usd.map(Usd::dollars).unwrap_or_default(),
+            started: super::super::ssr::when(h.attempt.started_at),
+            standing,
+            settlement,
+        }
+    }
+
+    pub fn spender_row(u: &tollgate::usecases::budget::ShareUse) -> SpenderRow {
         SpenderRow {
             email: u.spender.email.to_string(),
             spent: u.spender.spent_usd.dollars(),
@@ -357,11 +398,12 @@ pub async fn load_spend(filters: SpendFilters) -> Result<SpendView, ServerFnErro
     require(Role::Admin).await?;
     let t = engine()?;
     let emails = emails(&t).await?;
-    let (from, to) = tollgate::spend::parse_range(filters.from.as_deref(), filters.to.as_deref())
-        .map_err(fail)?;
+    let (from, to) =
+        tollgate::usecases::spend::parse_range(filters.from.as_deref(), filters.to.as_deref())
+            .map_err(fail)?;
     let report = t.spend(from, to).await.map_err(fail)?;
     let (list, next) = t
-        .spend_attempts(&tollgate::spend::AttemptQuery {
+        .spend_attempts(&tollgate::usecases::spend::AttemptQuery {
             from: Some(from.to_string()),
             to: Some(to.to_string()),
             unpriced_only: filters.unpriced,
@@ -421,7 +463,6 @@ pub async fn load_budget() -> Result<BudgetView, ServerFnError> {
     use chrono::Utc;
     use convert::*;
     use tollgate::model::Usd;
-    use tollgate::store::BudgetChangeKind;
     require(Role::Admin).await?;
     let t = engine()?;
     let emails = emails(&t).await?;
@@ -432,10 +473,11 @@ pub async fn load_budget() -> Result<BudgetView, ServerFnError> {
     let history = t.budget_history(from, to).await.map_err(fail)?;
     let (share, shares) = t.shares_on(today).await.map_err(fail)?;
     let (holds, _) = t
-        .spend_attempts(&tollgate::spend::AttemptQuery {
+        .spend_attempts(&tollgate::usecases::spend::AttemptQuery {
             // Holds left standing on any day of the longest range a list takes.
             from: Some(
-                (to - chrono::Duration::days(tollgate::spend::RANGE_DAYS_MAX - 1)).to_string(),
+                (to - chrono::Duration::days(tollgate::usecases::spend::RANGE_DAYS_MAX - 1))
+                    .to_string(),
             ),
             to: Some(to.to_string()),
             holding_only: true,
@@ -467,46 +509,8 @@ pub async fn load_budget() -> Result<BudgetView, ServerFnError> {
             .rev()
             .map(|d| day_row(d, &emails))
             .collect(),
-        history: history
-            .iter()
-            .map(|c| ChangeRow {
-                day: c.day.to_string(),
-                what: match c.change.kind {
-                    BudgetChangeKind::Cap(cap) => format!("Cap set to {}", cap.dollars()),
-                    BudgetChangeKind::Halt => "Halted".into(),
-                    BudgetChangeKind::Resume => "Resumed".into(),
-                },
-                reason: c.change.reason.clone(),
-                by: c
-                    .by_email
-                    .as_ref()
-                    .map(|e| e.to_string())
-                    .unwrap_or_else(|| "the command line".into()),
-                when: when(c.change.at),
-            })
-            .collect(),
-        holds: holds
-            .iter()
-            .map(|h| {
-                let (standing, settlement) = standing(h);
-                HoldRow {
-                    job_id: h.attempt.job_id.to_string(),
-                    day: h
-                        .attempt
-                        .budget_day
-                        .map(|d| d.to_string())
-                        .unwrap_or_default(),
-                    user: h.user_email.to_string(),
-                    model: h.attempt.model.clone(),
-                    attempt_no: h.attempt.attempt_no,
-                    state: h.attempt.state.as_str().to_string(),
-                    hold: h.attempt.hold_usd.map(Usd::dollars).unwrap_or_default(),
-                    started: when(h.attempt.started_at),
-                    standing,
-                    settlement,
-                }
-            })
-            .collect(),
+        history: history.iter().map(change_row).collect(),
+        holds: holds.iter().map(hold_row).collect(),
         held_total: held_total.dollars(),
         dead_holds,
         settled_total: settled_total.dollars(),

@@ -115,15 +115,7 @@ pub async fn load_my_webhooks() -> Result<MyWebhooks, ServerFnError> {
     let t = engine()?;
     let endpoints = t.webhook_endpoints(&p.user).await.map_err(fail)?;
     // Only the caller's own, whatever their role, on their Account page.
-    let deliveries = t
-        .store()
-        .list_deliveries(&tollgate::store::DeliveryFilter {
-            user: Some(p.user.id),
-            limit: 20,
-            ..Default::default()
-        })
-        .await
-        .map_err(|e| fail(e.into()))?;
+    let deliveries = t.own_deliveries(&p.user, 20).await.map_err(fail)?;
     let me = p.user.email.as_str().to_string();
     Ok(MyWebhooks {
         endpoints: endpoints
@@ -135,6 +127,43 @@ pub async fn load_my_webhooks() -> Result<MyWebhooks, ServerFnError> {
             .iter()
             .map(|e| e.as_str().to_string())
             .collect(),
+    })
+}
+
+/// What "replay the dead deliveries of an endpoint since a time" would
+/// send, before the admin confirms it.
+#[cfg(feature = "ssr")]
+async fn replay_preview(
+    t: &tollgate::Tollgate,
+    admin: &tollgate::store::User,
+    endpoints: &[tollgate::store::WebhookEndpoint],
+    endpoint: String,
+    since: String,
+) -> Result<ReplayPreview, ServerFnError> {
+    use super::ssr::fail;
+    let id = endpoint
+        .parse()
+        .map_err(|_| fail(tollgate::Error::NotFound("webhook endpoint")))?;
+    let since_at = chrono::NaiveDateTime::parse_from_str(&since, "%Y-%m-%dT%H:%M")
+        .map(|n| n.and_utc())
+        .or_else(|_| chrono::DateTime::parse_from_rfc3339(&since).map(|d| d.to_utc()))
+        .map_err(|_| {
+            fail(tollgate::Error::invalid(
+                "since",
+                "must be a time like 2026-12-01T09:00",
+            ))
+        })?;
+    let dead = t.dead_since(admin, id, since_at).await.map_err(fail)?;
+    let url = endpoints
+        .iter()
+        .find(|x| x.id == id)
+        .map(|x| x.url.clone())
+        .unwrap_or_default();
+    Ok(ReplayPreview {
+        endpoint,
+        url,
+        since,
+        count: dead.len(),
     })
 }
 
@@ -154,11 +183,7 @@ pub async fn load_admin_webhooks(
         .deliveries(&p.user, Some(&state), None, None, 100)
         .await
         .map_err(fail)?;
-    let stats = t
-        .store()
-        .webhook_stats()
-        .await
-        .map_err(|e| fail(e.into()))?;
+    let stats = t.webhook_stats(&p.user).await.map_err(fail)?;
     let owners: std::collections::HashMap<_, _> = t
         .list_users()
         .await
@@ -171,32 +196,7 @@ pub async fn load_admin_webhooks(
         endpoint.filter(|e| !e.is_empty()),
         since.filter(|s| !s.is_empty()),
     ) {
-        (Some(e), Some(s)) => {
-            let id = e
-                .parse()
-                .map_err(|_| fail(tollgate::Error::NotFound("webhook endpoint")))?;
-            let since_at = chrono::NaiveDateTime::parse_from_str(&s, "%Y-%m-%dT%H:%M")
-                .map(|n| n.and_utc())
-                .or_else(|_| chrono::DateTime::parse_from_rfc3339(&s).map(|d| d.to_utc()))
-                .map_err(|_| {
-                    fail(tollgate::Error::invalid(
-                        "since",
-                        "must be a time like 2026-12-01T09:00",
-                    ))
-                })?;
-            let dead = t.dead_since(&p.user, id, since_at).await.map_err(fail)?;
-            let url = endpoints
-                .iter()
-                .find(|x| x.id == id)
-                .map(|x| x.url.clone())
-                .unwrap_or_default();
-            Some(ReplayPreview {
-                endpoint: e,
-                url,
-                since: s,
-                count: dead.len(),
-            })
-        }
+        (Some(e), Some(s)) => Some(replay_preview(&t, &p.user, &endpoints, e, s).await?),
         _ => None,
     };
     Ok(AdminWebhooks {

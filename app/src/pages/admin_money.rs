@@ -66,53 +66,16 @@ pub fn AdminOverviewPage() -> impl IntoView {
     }
 }
 
+/// Today's money at a glance: cap, used, held, remaining, the unpriced
+/// calls and the uncertain exposure, and the last 30 days.
+///
+/// Long: a row of tiles over one day's figures, read top to bottom; the
+/// banner, the halt form and the chart are apart.
 #[component]
 fn OverviewView(o: Overview) -> impl IntoView {
     let d = o.today.clone();
     let day_href = format!("/admin/spend?from={0}&to={0}", d.day);
     let unpriced_href = format!("/admin/spend?from={0}&to={0}&unpriced=1", d.day);
-    let banner = if d.halted {
-        Some(view! {
-            <div class="callout danger" role="status" data-testid="halted">
-                <strong>"Spending is halted for today."</strong>
-                <p>
-                    {d.halted_reason.clone().unwrap_or_default()}
-                    {d.halted_by.clone().map(|b| format!(" — {b}"))}
-                    {d.halted_at.clone().map(|t| format!(", {t}"))}
-                </p>
-                <p>"No paid call is sent until it is resumed; jobs that need one fail and are refunded."</p>
-            </div>
-        }.into_any())
-    } else if d.warning {
-        Some(view! {
-            <div class="callout warning" role="status" data-testid="warning">
-                <strong>{format!("Today has used {}% of its cap.", d.percent)}</strong>
-                <p>{format!("The warning shows from {}%. At the cap, paid calls stop and their jobs are refunded.", o.warning_percent)}</p>
-            </div>
-        }.into_any())
-    } else {
-        None
-    };
-    let halt_form = if d.halted {
-        view! {
-            <form method="post" action="/admin/budget/resume" class="inline-form">
-                <input type="hidden" name="day" value=d.day.clone() />
-                <input type="hidden" name="back" value="/admin" />
-                <button type="submit" class="btn btn-primary">"Resume today"</button>
-            </form>
-        }
-        .into_any()
-    } else {
-        view! {
-            <form method="post" action="/admin/budget/halt" class="inline-form halt-form">
-                <input type="hidden" name="day" value=d.day.clone() />
-                <input type="hidden" name="back" value="/admin" />
-                <label class="visually-hidden" for="halt-reason-today">"Why halt today"</label>
-                <input id="halt-reason-today" name="reason" type="text" required maxlength="500" placeholder="Why halt today?" />
-                <button type="submit" class="btn btn-danger">"Halt today"</button>
-            </form>
-        }.into_any()
-    };
     let meter_label = format!("{}% of today's cap used or held", d.percent);
     view! {
         <header class="page-head page-head-row">
@@ -124,9 +87,9 @@ fn OverviewView(o: Overview) -> impl IntoView {
                     <a class="nav-link" href="/admin/budget" data-testid="budget-link">"Caps, halts and holds"</a>
                 </nav>
             </div>
-            {halt_form}
+            <TodayHaltForm d=d.clone() />
         </header>
-        {banner}
+        <TodayBanner d=d.clone() warning_percent=o.warning_percent />
         <section class="money-grid" data-testid="today">
             <div class="card money-tile">
                 <div class="stat-label">"Cap"</div>
@@ -178,6 +141,58 @@ fn OverviewView(o: Overview) -> impl IntoView {
             </p>
             <p class="small"><a href=day_href>"Today's attempts →"</a></p>
         </section>
+    }
+}
+
+/// Today halted, or past the warning share of its cap, said first.
+#[component]
+fn TodayBanner(d: DayRow, warning_percent: u32) -> impl IntoView {
+    if d.halted {
+        Some(view! {
+            <div class="callout danger" role="status" data-testid="halted">
+                <strong>"Spending is halted for today."</strong>
+                <p>
+                    {d.halted_reason.clone().unwrap_or_default()}
+                    {d.halted_by.clone().map(|b| format!(" — {b}"))}
+                    {d.halted_at.clone().map(|t| format!(", {t}"))}
+                </p>
+                <p>"No paid call is sent until it is resumed; jobs that need one fail and are refunded."</p>
+            </div>
+        }.into_any())
+    } else if d.warning {
+        Some(view! {
+            <div class="callout warning" role="status" data-testid="warning">
+                <strong>{format!("Today has used {}% of its cap.", d.percent)}</strong>
+                <p>{format!("The warning shows from {}%. At the cap, paid calls stop and their jobs are refunded.", warning_percent)}</p>
+            </div>
+        }.into_any())
+    } else {
+        None
+    }
+}
+
+/// Halt today (with a reason) or resume it, from the overview.
+#[component]
+fn TodayHaltForm(d: DayRow) -> impl IntoView {
+    if d.halted {
+        view! {
+            <form method="post" action="/admin/budget/resume" class="inline-form">
+                <input type="hidden" name="day" value=d.day.clone() />
+                <input type="hidden" name="back" value="/admin" />
+                <button type="submit" class="btn btn-primary">"Resume today"</button>
+            </form>
+        }
+        .into_any()
+    } else {
+        view! {
+            <form method="post" action="/admin/budget/halt" class="inline-form halt-form">
+                <input type="hidden" name="day" value=d.day.clone() />
+                <input type="hidden" name="back" value="/admin" />
+                <label class="visually-hidden" for="halt-reason-today">"Why halt today"</label>
+                <input id="halt-reason-today" name="reason" type="text" required maxlength="500" placeholder="Why halt today?" />
+                <button type="submit" class="btn btn-danger">"Halt today"</button>
+            </form>
+        }.into_any()
     }
 }
 
@@ -282,12 +297,96 @@ pub fn SpendPage() -> impl IntoView {
 
 #[component]
 fn SpendViewPage(v: SpendView, filters: SpendFilters) -> impl IntoView {
+    let base = SpendFilters {
+        from: Some(v.from.clone()),
+        to: Some(v.to.clone()),
+        ..SpendFilters::default()
+    };
+    let next = v.next_cursor.clone().map(|c| {
+        let mut f = filters.clone();
+        f.from = Some(v.from.clone());
+        f.to = Some(v.to.clone());
+        format!(
+            "/admin/spend?{}&cursor={}#attempts",
+            f.query(),
+            urlencoding::encode(&c)
+        )
+    });
+    let filtered = filters.unpriced
+        || filters.model.is_some()
+        || filters.class.is_some()
+        || filters.state.is_some();
+    let clear = format!("/admin/spend?{}#attempts", base.query());
+    view! {
+        <header class="page-head page-head-row">
+            <div>
+                <h1>"Spend"</h1>
+                <p class="lede">{format!("{} to {} (UTC days, both included). Calls nobody could price are counted apart, never as $0.", v.from, v.to)}</p>
+            </div>
+            <a class="btn btn-ghost" href=v.csv_href.clone() download data-testid="csv">"Download CSV"</a>
+        </header>
+        <RangeForm from=v.from.clone() to=v.to.clone() />
+        <RangeTotals v=v.clone() />
+        <div class="grid-2">
+            <section class="card">
+                <h2 class="card-title">"By day"</h2>
+                <DayTable days=v.days.clone() />
+            </section>
+            <div>
+                <section class="card">
+                    <h2 class="card-title">"By provider and model"</h2>
+                    <TallyTable rows=v.models.clone() what="Provider · model" param="model" testid="by-model" base=base.clone() />
+                </section>
+                <section class="card">
+                    <h2 class="card-title">"By error class"</h2>
+                    <TallyTable rows=v.classes.clone() what="Error class" param="class" testid="by-class" base=base.clone() />
+                </section>
+            </div>
+        </div>
+        <section class="card" id="attempts">
+            <div class="page-head-row">
+                <h2 class="card-title">"Attempts"</h2>
+                {filtered.then(|| view! { <a href=clear.clone() class="small">"Clear filters"</a> })}
+            </div>
+            <AttemptFilters v=v.clone() filters=filters.clone() />
+            {if v.attempts.is_empty() {
+                view! { <p class="empty">"No attempts match."</p> }.into_any()
+            } else {
+                view! { <AttemptTable rows=v.attempts.clone() /> }.into_any()
+            }}
+            {next.map(|href| view! { <p class="pager"><a class="btn btn-ghost" href=href>"Next page →"</a></p> })}
+        </section>
+    }
+}
+
+/// The range's spend and its calls (the unpriced counted apart), and days.
+#[component]
+fn RangeTotals(v: SpendView) -> impl IntoView {
+    view! {
+        <section class="money-grid money-grid-2">
+            <div class="card money-tile" data-testid="range-total">
+                <div class="stat-label">"Spend in range"</div>
+                <div class="money-value">{v.total.clone()}</div>
+                <div class="small muted">{format!("{} calls, {} of them unpriced", v.total_attempts, v.total_unpriced)}</div>
+            </div>
+            <div class="card money-tile">
+                <div class="stat-label">"Days"</div>
+                <div class="money-value">{v.days.len()}</div>
+                <div class="small muted">"newest first below"</div>
+            </div>
+        </section>
+    }
+}
+
+/// The range chooser, with quick ranges ending on the chosen last day.
+#[component]
+fn RangeForm(from: String, to: String) -> impl IntoView {
+    let last = chrono::NaiveDate::parse_from_str(&to, "%Y-%m-%d").unwrap_or_default();
     let range = |days: i64| {
-        let to = chrono::NaiveDate::parse_from_str(&v.to, "%Y-%m-%d").unwrap_or_default();
         format!(
             "/admin/spend?from={}&to={}",
-            to - chrono::Duration::days(days - 1),
-            to
+            last - chrono::Duration::days(days - 1),
+            last
         )
     };
     let quick = [
@@ -299,13 +398,27 @@ fn SpendViewPage(v: SpendView, filters: SpendFilters) -> impl IntoView {
     .into_iter()
     .map(|(label, href)| view! { <a class="nav-link" href=href>{label}</a> })
     .collect_view();
-    let base = SpendFilters {
-        from: Some(v.from.clone()),
-        to: Some(v.to.clone()),
-        ..SpendFilters::default()
-    };
-    let day_rows = v
-        .days
+    view! {
+        <section class="card">
+            <form method="get" action="/admin/spend" class="form form-inline range-form">
+                <div class="field">
+                    <label for="range-from">"From"</label>
+                    <input id="range-from" name="from" type="date" value=from required />
+                </div>
+                <div class="field">
+                    <label for="range-to">"To"</label>
+                    <input id="range-to" name="to" type="date" value=to required />
+                </div>
+                <button type="submit" class="btn btn-primary">"Show"</button>
+                <nav class="nav" aria-label="Quick ranges">{quick}</nav>
+            </form>
+        </section>
+    }
+}
+
+#[component]
+fn DayTable(days: Vec<DayRow>) -> impl IntoView {
+    let rows = days
         .iter()
         .map(|d| {
             let href = format!("/admin/spend?from={0}&to={0}", d.day);
@@ -320,42 +433,64 @@ fn SpendViewPage(v: SpendView, filters: SpendFilters) -> impl IntoView {
             }
         })
         .collect_view();
-    let tally_table = |rows: &[TallyRow],
-                       what: &'static str,
-                       param: &'static str,
-                       testid: &'static str| {
-        let body = rows
-            .iter()
-            .map(|r| {
-                let mut f = base.clone();
-                match param {
-                    "model" => f.model = Some(r.key.clone()),
-                    _ => f.class = Some(if r.key.is_empty() { String::new() } else { r.key.clone() }),
-                }
-                let href = format!("/admin/spend?{}#attempts", f.query());
-                let link = !(param == "class" && r.key.is_empty());
-                view! {
-                    <tr>
-                        <td data-label=what>
-                            {if link { view! { <a href=href>{r.label.clone()}</a> }.into_any() } else { view! { <span>{r.label.clone()}</span> }.into_any() }}
-                        </td>
-                        <td class="num" data-label="Calls">{r.attempts}</td>
-                        <td data-label="Spend"><span class="amount">{r.spend.clone()}</span></td>
-                    </tr>
-                }
-            })
-            .collect_view();
-        view! {
-            <div class="table-wrap">
-                <table class="table" data-testid=testid>
-                    <thead><tr><th scope="col">{what}</th><th scope="col" class="num">"Calls"</th><th scope="col">"Spend"</th></tr></thead>
-                    <tbody>{body}</tbody>
-                </table>
-            </div>
-        }
-    };
-    let models = tally_table(&v.models, "Provider · model", "model", "by-model");
-    let classes = tally_table(&v.classes, "Error class", "class", "by-class");
+    view! {
+        <div class="table-wrap table-scroll">
+            <table class="table" data-testid="by-day">
+                <thead><tr><th scope="col">"Day"</th><th scope="col">"Spend"</th><th scope="col" class="num">"Calls"</th><th scope="col" class="num">"Used / cap"</th><th scope="col">"State"</th></tr></thead>
+                <tbody>{rows}</tbody>
+            </table>
+        </div>
+    }
+}
+
+/// Spend by one key (a model, or an error class), each row filtering the
+/// attempts below by it.
+#[component]
+fn TallyTable(
+    rows: Vec<TallyRow>,
+    what: &'static str,
+    param: &'static str,
+    testid: &'static str,
+    base: SpendFilters,
+) -> impl IntoView {
+    if rows.is_empty() {
+        return view! { <p class="empty">"No calls in this range."</p> }.into_any();
+    }
+    let body = rows
+        .iter()
+        .map(|r| {
+            let mut f = base.clone();
+            match param {
+                "model" => f.model = Some(r.key.clone()),
+                _ => f.class = Some(if r.key.is_empty() { String::new() } else { r.key.clone() }),
+            }
+            let href = format!("/admin/spend?{}#attempts", f.query());
+            let link = !(param == "class" && r.key.is_empty());
+            view! {
+                <tr>
+                    <td data-label=what>
+                        {if link { view! { <a href=href>{r.label.clone()}</a> }.into_any() } else { view! { <span>{r.label.clone()}</span> }.into_any() }}
+                    </td>
+                    <td class="num" data-label="Calls">{r.attempts}</td>
+                    <td data-label="Spend"><span class="amount">{r.spend.clone()}</span></td>
+                </tr>
+            }
+        })
+        .collect_view();
+    view! {
+        <div class="table-wrap">
+            <table class="table" data-testid=testid>
+                <thead><tr><th scope="col">{what}</th><th scope="col" class="num">"Calls"</th><th scope="col">"Spend"</th></tr></thead>
+                <tbody>{body}</tbody>
+            </table>
+        </div>
+    }
+    .into_any()
+}
+
+/// The attempts' filters, each choice kept in the page's address.
+#[component]
+fn AttemptFilters(v: SpendView, filters: SpendFilters) -> impl IntoView {
     let model_options = v
         .models
         .iter()
@@ -380,109 +515,28 @@ fn SpendViewPage(v: SpendView, filters: SpendFilters) -> impl IntoView {
             view! { <option value=s selected=sel>{s}</option> }
         })
         .collect_view();
-    let next = v.next_cursor.clone().map(|c| {
-        let mut f = filters.clone();
-        f.from = Some(v.from.clone());
-        f.to = Some(v.to.clone());
-        format!(
-            "/admin/spend?{}&cursor={}#attempts",
-            f.query(),
-            urlencoding::encode(&c)
-        )
-    });
-    let filtered = filters.unpriced
-        || filters.model.is_some()
-        || filters.class.is_some()
-        || filters.state.is_some();
-    let clear = format!("/admin/spend?{}#attempts", base.query());
     view! {
-        <header class="page-head page-head-row">
-            <div>
-                <h1>"Spend"</h1>
-                <p class="lede">{format!("{} to {} (UTC days, both included). Calls nobody could price are counted apart, never as $0.", v.from, v.to)}</p>
+        <form method="get" action="/admin/spend#attempts" class="form form-inline attempt-filters">
+            <input type="hidden" name="from" value=v.from.clone() />
+            <input type="hidden" name="to" value=v.to.clone() />
+            <label class="check">
+                <input type="checkbox" name="unpriced" value="1" checked=filters.unpriced />
+                " Unpriced only"
+            </label>
+            <div class="field">
+                <label for="filter-model">"Model"</label>
+                <select id="filter-model" name="model"><option value="">"Any"</option>{model_options}</select>
             </div>
-            <a class="btn btn-ghost" href=v.csv_href.clone() download data-testid="csv">"Download CSV"</a>
-        </header>
-        <section class="card">
-            <form method="get" action="/admin/spend" class="form form-inline range-form">
-                <div class="field">
-                    <label for="range-from">"From"</label>
-                    <input id="range-from" name="from" type="date" value=v.from.clone() required />
-                </div>
-                <div class="field">
-                    <label for="range-to">"To"</label>
-                    <input id="range-to" name="to" type="date" value=v.to.clone() required />
-                </div>
-                <button type="submit" class="btn btn-primary">"Show"</button>
-                <nav class="nav" aria-label="Quick ranges">{quick}</nav>
-            </form>
-        </section>
-        <section class="money-grid money-grid-2">
-            <div class="card money-tile" data-testid="range-total">
-                <div class="stat-label">"Spend in range"</div>
-                <div class="money-value">{v.total.clone()}</div>
-                <div class="small muted">{format!("{} calls, {} of them unpriced", v.total_attempts, v.total_unpriced)}</div>
+            <div class="field">
+                <label for="filter-class">"Error class"</label>
+                <select id="filter-class" name="class"><option value="">"Any"</option>{class_options}</select>
             </div>
-            <div class="card money-tile">
-                <div class="stat-label">"Days"</div>
-                <div class="money-value">{v.days.len()}</div>
-                <div class="small muted">"newest first below"</div>
+            <div class="field">
+                <label for="filter-state">"State"</label>
+                <select id="filter-state" name="state"><option value="">"Any"</option>{state_options}</select>
             </div>
-        </section>
-        <div class="grid-2">
-            <section class="card">
-                <h2 class="card-title">"By day"</h2>
-                <div class="table-wrap table-scroll">
-                    <table class="table" data-testid="by-day">
-                        <thead><tr><th scope="col">"Day"</th><th scope="col">"Spend"</th><th scope="col" class="num">"Calls"</th><th scope="col" class="num">"Used / cap"</th><th scope="col">"State"</th></tr></thead>
-                        <tbody>{day_rows}</tbody>
-                    </table>
-                </div>
-            </section>
-            <div>
-                <section class="card">
-                    <h2 class="card-title">"By provider and model"</h2>
-                    {if v.models.is_empty() { view! { <p class="empty">"No calls in this range."</p> }.into_any() } else { models.into_any() }}
-                </section>
-                <section class="card">
-                    <h2 class="card-title">"By error class"</h2>
-                    {if v.classes.is_empty() { view! { <p class="empty">"No calls in this range."</p> }.into_any() } else { classes.into_any() }}
-                </section>
-            </div>
-        </div>
-        <section class="card" id="attempts">
-            <div class="page-head-row">
-                <h2 class="card-title">"Attempts"</h2>
-                {filtered.then(|| view! { <a href=clear.clone() class="small">"Clear filters"</a> })}
-            </div>
-            <form method="get" action="/admin/spend#attempts" class="form form-inline attempt-filters">
-                <input type="hidden" name="from" value=v.from.clone() />
-                <input type="hidden" name="to" value=v.to.clone() />
-                <label class="check">
-                    <input type="checkbox" name="unpriced" value="1" checked=filters.unpriced />
-                    " Unpriced only"
-                </label>
-                <div class="field">
-                    <label for="filter-model">"Model"</label>
-                    <select id="filter-model" name="model"><option value="">"Any"</option>{model_options}</select>
-                </div>
-                <div class="field">
-                    <label for="filter-class">"Error class"</label>
-                    <select id="filter-class" name="class"><option value="">"Any"</option>{class_options}</select>
-                </div>
-                <div class="field">
-                    <label for="filter-state">"State"</label>
-                    <select id="filter-state" name="state"><option value="">"Any"</option>{state_options}</select>
-                </div>
-                <button type="submit" class="btn btn-primary">"Filter"</button>
-            </form>
-            {if v.attempts.is_empty() {
-                view! { <p class="empty">"No attempts match."</p> }.into_any()
-            } else {
-                view! { <AttemptTable rows=v.attempts.clone() /> }.into_any()
-            }}
-            {next.map(|href| view! { <p class="pager"><a class="btn btn-ghost" href=href>"Next page →"</a></p> })}
-        </section>
+            <button type="submit" class="btn btn-primary">"Filter"</button>
+        </form>
     }
 }
 
@@ -566,55 +620,7 @@ fn BudgetViewPage(b: BudgetView) -> impl IntoView {
     let days = b
         .days
         .iter()
-        .map(|d| {
-            let is_today = d.day == b.today;
-            let label = format!("{}% of the cap used or held", d.percent);
-            let action = if d.halted {
-                view! {
-                    <form method="post" action="/admin/budget/resume" class="inline-form">
-                        <input type="hidden" name="day" value=d.day.clone() />
-                        <button type="submit" class="btn btn-primary btn-small">"Resume"</button>
-                    </form>
-                }.into_any()
-            } else {
-                let id = format!("halt-{}", d.day);
-                view! {
-                    <form method="post" action="/admin/budget/halt" class="inline-form halt-form">
-                        <input type="hidden" name="day" value=d.day.clone() />
-                        <label class="visually-hidden" for=id.clone()>{format!("Why halt {}", d.day)}</label>
-                        <input id=id name="reason" type="text" required maxlength="500" placeholder="Reason" />
-                        <button type="submit" class="btn btn-danger btn-small">"Halt"</button>
-                    </form>
-                }.into_any()
-            };
-            let halted_note = d.halted.then(|| {
-                view! {
-                    <div class="small muted halted-note">
-                        {format!(
-                            "by {}{}{}",
-                            d.halted_by.clone().unwrap_or_else(|| "the command line".into()),
-                            d.halted_at.as_ref().map(|t| format!(", {t}")).unwrap_or_default(),
-                            d.halted_reason.as_ref().map(|r| format!(": {r}")).unwrap_or_default()
-                        )}
-                    </div>
-                }
-            });
-            view! {
-                <tr class:today-row=is_today data-day=d.day.clone()>
-                    <td class="nowrap" data-label="Day">
-                        <a href=format!("/admin/spend?from={0}&to={0}", d.day)>{d.day.clone()}</a>
-                        {is_today.then(|| view! { <span class="badge badge-today">"today"</span> })}
-                    </td>
-                    <td class="num" data-label="Cap">{d.cap.clone()}</td>
-                    <td class="num" data-label="Used">{d.used.clone()}</td>
-                    <td class="num" data-label="Held">{d.reserved.clone()}</td>
-                    <td class="num" data-label="Remaining">{d.remaining.clone()}</td>
-                    <td data-label="Of cap">{meter(d, label)}</td>
-                    <td data-label="State">{day_state(d)}{halted_note}</td>
-                    <td class="actions">{action}</td>
-                </tr>
-            }
-        })
+        .map(|d| view! { <BudgetDayRow d=d.clone() today=b.today.clone() /> })
         .collect_view();
     view! {
         <header class="page-head">
@@ -677,6 +683,59 @@ fn BudgetViewPage(b: BudgetView) -> impl IntoView {
                 view! { <History rows=b.history.clone() /> }.into_any()
             }}
         </section>
+    }
+}
+
+/// One day's cap, use and holds, and its halt (or resume) form.
+#[component]
+fn BudgetDayRow(d: DayRow, today: String) -> impl IntoView {
+    let is_today = d.day == today;
+    let label = format!("{}% of the cap used or held", d.percent);
+    let action = if d.halted {
+        view! {
+            <form method="post" action="/admin/budget/resume" class="inline-form">
+                <input type="hidden" name="day" value=d.day.clone() />
+                <button type="submit" class="btn btn-primary btn-small">"Resume"</button>
+            </form>
+        }
+        .into_any()
+    } else {
+        let id = format!("halt-{}", d.day);
+        view! {
+            <form method="post" action="/admin/budget/halt" class="inline-form halt-form">
+                <input type="hidden" name="day" value=d.day.clone() />
+                <label class="visually-hidden" for=id.clone()>{format!("Why halt {}", d.day)}</label>
+                <input id=id name="reason" type="text" required maxlength="500" placeholder="Reason" />
+                <button type="submit" class="btn btn-danger btn-small">"Halt"</button>
+            </form>
+        }.into_any()
+    };
+    let halted_note = d.halted.then(|| {
+        view! {
+            <div class="small muted halted-note">
+                {format!(
+                    "by {}{}{}",
+                    d.halted_by.clone().unwrap_or_else(|| "the command line".into()),
+                    d.halted_at.as_ref().map(|t| format!(", {t}")).unwrap_or_default(),
+                    d.halted_reason.as_ref().map(|r| format!(": {r}")).unwrap_or_default()
+                )}
+            </div>
+        }
+    });
+    view! {
+        <tr class:today-row=is_today data-day=d.day.clone()>
+            <td class="nowrap" data-label="Day">
+                <a href=format!("/admin/spend?from={0}&to={0}", d.day)>{d.day.clone()}</a>
+                {is_today.then(|| view! { <span class="badge badge-today">"today"</span> })}
+            </td>
+            <td class="num" data-label="Cap">{d.cap.clone()}</td>
+            <td class="num" data-label="Used">{d.used.clone()}</td>
+            <td class="num" data-label="Held">{d.reserved.clone()}</td>
+            <td class="num" data-label="Remaining">{d.remaining.clone()}</td>
+            <td data-label="Of cap">{meter(&d, label)}</td>
+            <td data-label="State">{day_state(&d)}{halted_note}</td>
+            <td class="actions">{action}</td>
+        </tr>
     }
 }
 

@@ -3,7 +3,9 @@
 //! from elsewhere; the JSON document itself is one link away.
 
 use super::LoadError;
-use crate::data::{load_api_reference, ApiField, ApiOperation, ApiReference, ApiSchema};
+use crate::data::{
+    load_api_reference, ApiField, ApiOperation, ApiReference, ApiResponse, ApiSchema,
+};
 use leptos::prelude::*;
 use leptos_meta::Title;
 
@@ -163,31 +165,7 @@ fn Operation(op: ApiOperation, schemas: Vec<String>) -> impl IntoView {
     let responses = op
         .responses
         .iter()
-        .map(|r| {
-            let class = match r.status.chars().next() {
-                Some('2') => "status status-ok",
-                Some('4') => "status status-client",
-                _ => "status status-other",
-            };
-            let links = (!r.links.is_empty()).then(|| {
-                let items = r
-                    .links
-                    .iter()
-                    .map(|l| {
-                        let href = format!("#{}", anchor("op", l));
-                        view! { <a class="mono" href=href>{l.clone()}</a>" " }
-                    })
-                    .collect::<Vec<_>>();
-                view! { <div class="muted small">"Links: "{items}</div> }
-            });
-            view! {
-                <tr>
-                    <td><span class=class>{r.status.clone()}</span></td>
-                    <td>{prose(&r.description)}{links}</td>
-                    <td>{r.schema.clone().map(|k| kind_view(k, &schemas))}</td>
-                </tr>
-            }
-        })
+        .map(|r| view! { <ResponseRow r=r.clone() schemas=schemas.clone() /> })
         .collect::<Vec<_>>();
     view! {
         <article class="card api-op" id=anchor("op", &op.id)>
@@ -211,6 +189,34 @@ fn Operation(op: ApiOperation, schemas: Vec<String>) -> impl IntoView {
                 </table>
             </div>
         </article>
+    }
+}
+
+/// One answer an operation may give: its status, meaning, body and links.
+#[component]
+fn ResponseRow(r: ApiResponse, schemas: Vec<String>) -> impl IntoView {
+    let class = match r.status.chars().next() {
+        Some('2') => "status status-ok",
+        Some('4') => "status status-client",
+        _ => "status status-other",
+    };
+    let links = (!r.links.is_empty()).then(|| {
+        let items = r
+            .links
+            .iter()
+            .map(|l| {
+                let href = format!("#{}", anchor("op", l));
+                view! { <a class="mono" href=href>{l.clone()}</a>" " }
+            })
+            .collect::<Vec<_>>();
+        view! { <div class="muted small">"Links: "{items}</div> }
+    });
+    view! {
+        <tr>
+            <td><span class=class>{r.status.clone()}</span></td>
+            <td>{prose(&r.description)}{links}</td>
+            <td>{r.schema.clone().map(|k| kind_view(k, &schemas))}</td>
+        </tr>
     }
 }
 

@@ -1,6 +1,6 @@
 //! Sign in and first-run setup: the two pages a stranger may see.
 
-use crate::app::FlashMessage;
+use super::FlashMessage;
 use crate::data::{load_page_context, setup_needed, PageContext};
 use crate::islands::PasswordField;
 use leptos::prelude::*;

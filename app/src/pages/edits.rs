@@ -2,7 +2,8 @@
 
 use super::LoadError;
 use crate::data::{
-    load_job_detail, my_jobs, AttemptRow, JobDetail, JobRow, LineageView, ParkedRow, StoryRow,
+    load_job_detail, my_jobs, AttemptRow, EventRow, JobDetail, JobRow, LineageView, ParkedRow,
+    StoryRow,
 };
 use crate::islands::{BeforeAfter, LiveStatus, VersionCompare};
 use leptos::prelude::*;
@@ -124,47 +125,154 @@ fn Detail(detail: JobDetail) -> impl IntoView {
         kept,
     } = detail;
     let detailed = !events.is_empty();
-    let again = format!("/edits/new?from={}", job.id);
-    let candidate = job.candidate_url.clone();
     // Any two versions under one slider once there is more than one edit.
-    let versions = lineage.as_ref().map(|l| {
-        let mut labels = Vec::new();
-        let mut urls = Vec::new();
-        if let JobRequest::ImageEdit(e) = &job.request {
-            labels.push("Your photo".to_string());
-            urls.push(format!("/v1/assets/{}/content", e.source));
-        }
-        let mut current = None;
-        let mut previous = None;
-        for v in &l.versions {
-            if let Some(u) = &v.output_url {
-                if v.current {
-                    current = Some(urls.len());
-                } else if current.is_none() {
-                    previous = Some(urls.len());
-                }
-                labels.push(if v.delivered {
-                    format!("{} (yours)", v.label)
-                } else {
-                    v.label.clone()
-                });
-                urls.push(u.clone());
-            }
-        }
-        (labels, urls, previous.unwrap_or(0), current)
-    });
+    let versions = lineage.as_ref().map(|l| slides(&job.request, l));
     // Queued and running jobs are followed live; a parked one waits for a
     // person, and its notice says so instead of a spinner.
     let live = matches!(job.status, JobStatus::Queued | JobStatus::Running)
         .then(|| (job.id.clone(), job.status.as_str().to_string()));
+    let title = request_title(&job.request);
+    let cancellable = !job.status.is_terminal();
+    let cancel_action = format!("/edits/{}/cancel", job.id);
+    let facts = order_facts(&job.request);
+    view! {
+        <header class="page-head page-head-row">
+            <div>
+                <p class="crumbs"><a href="/edits">"My edits"</a></p>
+                <h1>{title}</h1>
+                <div class="job-meta">
+                    <span data-testid="job-status">{status_badge(job.status)}</span>
+                    <span class="muted">{format!("Ordered {}", job.created)}</span>
+                </div>
+            </div>
+            {cancellable.then(|| view! {
+                <form method="post" action=cancel_action class="inline-form">
+                    <button type="submit" class="btn btn-danger">"Cancel and refund"</button>
+                </form>
+            })}
+        </header>
+        {live.map(|(id, status)| view! { <LiveStatus job_id=id status=status /> })}
+        <div class="grid-2">
+            <ResultCard job=job.clone() versions=versions />
+            <section class="card">
+                <h2 class="card-title">"Order"</h2>
+                <dl class="facts">
+                    {facts.into_iter().map(|(k, v)| view! { <dt>{k}</dt><dd>{v}</dd> }).collect_view()}
+                    <dt>"Price"</dt>
+                    <dd data-testid="job-price">{format!("{} credits", job.credits)}</dd>
+                    <dt>"Provider estimate"</dt>
+                    <dd class="mono">{format!("${}", job.estimated_usd)}</dd>
+                </dl>
+                {parked.map(|p| view! { <ParkedNotice parked=p /> })}
+                <h2 class="card-title">"What happened"</h2>
+                <Story rows=story />
+                <p class="small muted" data-testid="kept">{kept}</p>
+                <h2 class="card-title">"Provider attempts"</h2>
+                <AttemptList attempts=attempts />
+                {detailed.then(|| view! { <DetailedTimeline events=events /> })}
+            </section>
+        </div>
+        {lineage
+            .filter(|l| l.versions.len() > 1 || job.status == JobStatus::Succeeded)
+            .map(|l| view! { <Versions lineage=l job_id=job.id.clone() /> })}
+    }
+}
+
+/// The result (or the uploaded photo while there is none), what its review
+/// found, and what to do when the photo was not ready.
+#[component]
+fn ResultCard(job: JobRow, versions: Option<Slides>) -> impl IntoView {
+    let again = format!("/edits/new?from={}", job.id);
+    let candidate = job.candidate_url.clone();
     let result = job.output_url.clone();
     let is_video = matches!(job.request, JobRequest::Video(_));
     let review = job.review.clone();
     let questions = job.questions.clone();
-    let title = request_title(&job.request);
-    let cancellable = !job.status.is_terminal();
-    let cancel_action = format!("/edits/{}/cancel", job.id);
-    let facts = match &job.request {
+    let images = uploaded_images(&job.request);
+    view! {
+    <section class="card">
+        <h2 class="card-title">{if result.is_some() { "Result" } else if is_video { "Clip" } else { "Your photo" }}</h2>
+        {candidate.clone().map(|c| view! {
+            <div class="callout" data-testid="kept-previous" role="status">
+                <strong>"We kept the version you had."</strong>
+                <p class="small">"This repair was compared with it and was no better, so your edit stays as it was. "
+                    <a href=c>"See the repair's attempt"</a>"."</p>
+            </div>
+        })}
+        {match (result.clone(), images.clone(), versions.clone()) {
+            (Some(_), Some(_), Some((labels, urls, left, Some(right)))) if urls.len() > 2 => view! {
+                <VersionCompare labels=labels urls=urls left=left right=right />
+            }.into_any(),
+            (Some(out), Some((before, _)), _) => view! { <BeforeAfter before=before after=out /> }.into_any(),
+            (Some(out), None, _) => view! { <img class="result-clip" src=out alt="The generated clip" data-testid="result-image" /> }.into_any(),
+            _ => ().into_any(),
+        }}
+        {review.map(|(verdict, notes)| view! {
+            <p class=format!("review review-{verdict}") data-testid="review">
+                <strong>{match verdict.as_str() { "passed" => "Review passed. ", "issues" => "Review found issues. ", _ => "Not verified. " }}</strong>
+                {notes}
+            </p>
+        })}
+        {job.error.map(|e| view! { <div class="flash flash-error" role="alert"><p>{e}</p></div> })}
+        {(!questions.is_empty()).then(|| view! {
+            <div class="questions">
+                <p><strong>"Before we try again:"</strong></p>
+                <ul data-testid="questions">{questions.into_iter().map(|q| view! { <li>{q}</li> }).collect_view()}</ul>
+                <p class="small muted">"Nothing was paid for this photo, and your credits are back."</p>
+                <a class="btn btn-primary" href=again.clone()>"Change and order again"</a>
+            </div>
+        })}
+        {match (result.is_some(), images) {
+            (false, Some((src, mask))) => view! {
+                <div class="photo-frame">
+                    <img src=src alt="The photo you uploaded" />
+                    {mask.map(|m| view! { <img class="mask-overlay" src=m alt="The area you painted" /> })}
+                </div>
+            }.into_any(),
+            (false, None) => view! { <p class="muted">"A video is generated from the prompt."</p> }.into_any(),
+            (true, _) => ().into_any(),
+        }}
+    </section>
+    }
+}
+
+/// Labels and addresses of the versions under the slider, which starts on
+/// the left, and which (if any) on the right.
+type Slides = (Vec<String>, Vec<String>, usize, Option<usize>);
+
+/// The photo and every version with an output, labelled, for the slider:
+/// which one starts on the left (the version before the current one) and
+/// which on the right (the current one).
+fn slides(request: &JobRequest, l: &LineageView) -> Slides {
+    let mut labels = Vec::new();
+    let mut urls = Vec::new();
+    if let JobRequest::ImageEdit(e) = request {
+        labels.push("Your photo".to_string());
+        urls.push(format!("/v1/assets/{}/content", e.source));
+    }
+    let mut current = None;
+    let mut previous = None;
+    for v in &l.versions {
+        if let Some(u) = &v.output_url {
+            if v.current {
+                current = Some(urls.len());
+            } else if current.is_none() {
+                previous = Some(urls.len());
+            }
+            labels.push(if v.delivered {
+                format!("{} (yours)", v.label)
+            } else {
+                v.label.clone()
+            });
+            urls.push(u.clone());
+        }
+    }
+    (labels, urls, previous.unwrap_or(0), current)
+}
+
+/// What was ordered, as label and value.
+fn order_facts(request: &JobRequest) -> Vec<(&'static str, String)> {
+    match request {
         JobRequest::ImageEdit(e) => {
             let medium = style(&e.style)
                 .map(|s| s.name)
@@ -188,109 +296,36 @@ fn Detail(detail: JobDetail) -> impl IntoView {
                 format!("{} s at {}", v.duration_s, v.resolution.as_str()),
             ),
         ],
-    };
-    let images = match &job.request {
+    }
+}
+
+/// The uploaded photo and painted mask of an image edit.
+fn uploaded_images(request: &JobRequest) -> Option<(String, Option<String>)> {
+    match request {
         JobRequest::ImageEdit(e) => {
             let mask = e.target.mask.map(|m| format!("/v1/assets/{m}/content"));
             Some((format!("/v1/assets/{}/content", e.source), mask))
         }
         JobRequest::Video(_) => None,
-    };
+    }
+}
+
+/// Every event as recorded, for reviewers and admins.
+#[component]
+fn DetailedTimeline(events: Vec<EventRow>) -> impl IntoView {
     view! {
-        <header class="page-head page-head-row">
-            <div>
-                <p class="crumbs"><a href="/edits">"My edits"</a></p>
-                <h1>{title}</h1>
-                <div class="job-meta">
-                    <span data-testid="job-status">{status_badge(job.status)}</span>
-                    <span class="muted">{format!("Ordered {}", job.created)}</span>
-                </div>
-            </div>
-            {cancellable.then(|| view! {
-                <form method="post" action=cancel_action class="inline-form">
-                    <button type="submit" class="btn btn-danger">"Cancel and refund"</button>
-                </form>
-            })}
-        </header>
-        {live.map(|(id, status)| view! { <LiveStatus job_id=id status=status /> })}
-        <div class="grid-2">
-            <section class="card">
-                <h2 class="card-title">{if result.is_some() { "Result" } else if is_video { "Clip" } else { "Your photo" }}</h2>
-                {candidate.clone().map(|c| view! {
-                    <div class="callout" data-testid="kept-previous" role="status">
-                        <strong>"We kept the version you had."</strong>
-                        <p class="small">"This repair was compared with it and was no better, so your edit stays as it was. "
-                            <a href=c>"See the repair's attempt"</a>"."</p>
-                    </div>
-                })}
-                {match (result.clone(), images.clone(), versions.clone()) {
-                    (Some(_), Some(_), Some((labels, urls, left, Some(right)))) if urls.len() > 2 => view! {
-                        <VersionCompare labels=labels urls=urls left=left right=right />
-                    }.into_any(),
-                    (Some(out), Some((before, _)), _) => view! { <BeforeAfter before=before after=out /> }.into_any(),
-                    (Some(out), None, _) => view! { <img class="result-clip" src=out alt="The generated clip" data-testid="result-image" /> }.into_any(),
-                    _ => ().into_any(),
-                }}
-                {review.map(|(verdict, notes)| view! {
-                    <p class=format!("review review-{verdict}") data-testid="review">
-                        <strong>{match verdict.as_str() { "passed" => "Review passed. ", "issues" => "Review found issues. ", _ => "Not verified. " }}</strong>
-                        {notes}
-                    </p>
-                })}
-                {job.error.map(|e| view! { <div class="flash flash-error" role="alert"><p>{e}</p></div> })}
-                {(!questions.is_empty()).then(|| view! {
-                    <div class="questions">
-                        <p><strong>"Before we try again:"</strong></p>
-                        <ul data-testid="questions">{questions.into_iter().map(|q| view! { <li>{q}</li> }).collect_view()}</ul>
-                        <p class="small muted">"Nothing was paid for this photo, and your credits are back."</p>
-                        <a class="btn btn-primary" href=again.clone()>"Change and order again"</a>
-                    </div>
-                })}
-                {match (result.is_some(), images) {
-                    (false, Some((src, mask))) => view! {
-                        <div class="photo-frame">
-                            <img src=src alt="The photo you uploaded" />
-                            {mask.map(|m| view! { <img class="mask-overlay" src=m alt="The area you painted" /> })}
-                        </div>
-                    }.into_any(),
-                    (false, None) => view! { <p class="muted">"A video is generated from the prompt."</p> }.into_any(),
-                    (true, _) => ().into_any(),
-                }}
-            </section>
-            <section class="card">
-                <h2 class="card-title">"Order"</h2>
-                <dl class="facts">
-                    {facts.into_iter().map(|(k, v)| view! { <dt>{k}</dt><dd>{v}</dd> }).collect_view()}
-                    <dt>"Price"</dt>
-                    <dd data-testid="job-price">{format!("{} credits", job.credits)}</dd>
-                    <dt>"Provider estimate"</dt>
-                    <dd class="mono">{format!("${}", job.estimated_usd)}</dd>
-                </dl>
-                {parked.map(|p| view! { <ParkedNotice parked=p /> })}
-                <h2 class="card-title">"What happened"</h2>
-                <Story rows=story />
-                <p class="small muted" data-testid="kept">{kept}</p>
-                <h2 class="card-title">"Provider attempts"</h2>
-                <AttemptList attempts=attempts />
-                {detailed.then(|| view! {
-                    <details class="detailed" open>
-                        <summary class="card-title">"Detailed timeline"</summary>
-                        <ol class="timeline" data-testid="timeline">
-                            {events.into_iter().map(|e| view! {
-                                <li>
-                                    <span class="timeline-kind">{e.kind}</span>
-                                    <span class="muted small">{e.when}</span>
-                                    {(!e.detail.is_empty()).then(|| view! { <span class="small muted timeline-detail">{e.detail}</span> })}
-                                </li>
-                            }).collect_view()}
-                        </ol>
-                    </details>
-                })}
-            </section>
-        </div>
-        {lineage
-            .filter(|l| l.versions.len() > 1 || job.status == JobStatus::Succeeded)
-            .map(|l| view! { <Versions lineage=l job_id=job.id.clone() /> })}
+        <details class="detailed" open>
+            <summary class="card-title">"Detailed timeline"</summary>
+            <ol class="timeline" data-testid="timeline">
+                {events.into_iter().map(|e| view! {
+                    <li>
+                        <span class="timeline-kind">{e.kind}</span>
+                        <span class="muted small">{e.when}</span>
+                        {(!e.detail.is_empty()).then(|| view! { <span class="small muted timeline-detail">{e.detail}</span> })}
+                    </li>
+                }).collect_view()}
+            </ol>
+        </details>
     }
 }
 
@@ -312,6 +347,9 @@ fn Story(rows: Vec<StoryRow>) -> impl IntoView {
 
 /// The lineage: each version (the delivered one marked), each repair's
 /// instruction and what the comparison found, and the repair form.
+///
+/// Long: the version list and the repair form read the same lineage state
+/// (repairs left, why repairs are closed, the balance).
 #[component]
 fn Versions(lineage: LineageView, job_id: String) -> impl IntoView {
     let LineageView {

@@ -1,5 +1,6 @@
-//! One module per page. Pages render what the server functions return; form
-//! posts go to the handlers in `server::forms`, which redirect back here.
+//! One module per page, and the small parts several pages share. Pages
+//! render what the server functions return; form posts go to the handlers
+//! in `server`, which redirect back here.
 
 mod account;
 mod admin_jobs;
@@ -27,7 +28,9 @@ pub use status::{ForbiddenPage, NotFoundPage};
 pub use users::UsersPage;
 pub use webhooks::{AdminWebhooksPage, WebhooksSection};
 
+use crate::data::{Flash, FlashKind};
 use leptos::prelude::*;
+use tollgate::model::Role;
 
 /// A failed load, said plainly.
 #[component]
@@ -37,4 +40,30 @@ pub fn LoadError(error: ServerFnError) -> impl IntoView {
         other => other.to_string(),
     };
     view! { <div class="flash flash-error" role="alert"><p>{text}</p></div> }
+}
+
+/// A person's role, as a small badge.
+#[component]
+pub fn RoleBadge(role: Role) -> impl IntoView {
+    view! { <span class=format!("badge badge-{}", role.as_str())>{role.label()}</span> }
+}
+
+/// A one-time message, and the secret it shows once.
+#[component]
+pub fn FlashMessage(flash: Flash) -> impl IntoView {
+    let (class, role) = match flash.kind {
+        FlashKind::Ok => ("flash flash-ok", "status"),
+        FlashKind::Error => ("flash flash-error", "alert"),
+    };
+    view! {
+        <div class=class role=role>
+            <p>{flash.message}</p>
+            {flash.secret.map(|s| view! {
+                <div class="secret">
+                    <code id="new-secret">{s}</code>
+                    <p class="hint">"Copy it now: it will not be shown again."</p>
+                </div>
+            })}
+        </div>
+    }
 }

@@ -7,8 +7,8 @@
 
 use super::LoadError;
 use crate::data::{
-    load_review_queue, load_review_record, ActionRow, DecisionRow, QueueRow, ReviewFilters,
-    ReviewQueue, ReviewRecord,
+    load_review_queue, load_review_record, ActionRow, DecisionRow, QueueRow, ReviewAttemptRow,
+    ReviewFilters, ReviewQueue, ReviewRecord, StageCount,
 };
 use leptos::prelude::*;
 use leptos_meta::Title;
@@ -88,11 +88,41 @@ fn QueueView(q: ReviewQueue, filters: ReviewFilters) -> impl IntoView {
             </div>
         }
     });
-    let tiles = q
-        .counts
+    let next = q.next_cursor.clone().map(|c| {
+        let base = filters.query();
+        let sep = if base.is_empty() { "" } else { "&" };
+        format!("/review?{base}{sep}cursor={}", urlencoding::encode(&c))
+    });
+    let rows = q.rows.clone();
+    let bulk = (q.matching_open > 0 && !q.bulk_actions.is_empty())
+        .then(|| view! { <BulkForm q=q.clone() filters=filters.clone() /> });
+    view! {
+        <header class="page-head">
+            <h1>"Review queue"</h1>
+            <p class="lede">"Jobs Tollgate could not finish without knowing whether money was spent. Nothing is sent again and nothing more is spent until a decision is recorded here."</p>
+        </header>
+        {banner}
+        <StageTiles counts=q.counts.clone() current=filters.stage.clone() />
+        <section class="card">
+            <QueueFilters models=q.models.clone() filters=filters.clone() />
+            {if rows.is_empty() {
+                view! { <p class="empty" data-testid="queue-empty">"Nothing waits for a decision here."</p> }.into_any()
+            } else {
+                view! { <QueueTable rows=rows /> }.into_any()
+            }}
+            {next.map(|href| view! { <p class="pager"><a class="btn btn-ghost" href=href>"Next page →"</a></p> })}
+        </section>
+        {bulk}
+    }
+}
+
+/// Records waiting per stage, each a link to that stage's queue.
+#[component]
+fn StageTiles(counts: Vec<StageCount>, current: Option<String>) -> impl IntoView {
+    let tiles = counts
         .iter()
         .map(|c| {
-            let here = filters.stage.as_deref() == Some(c.stage.as_str());
+            let here = current.as_deref() == Some(c.stage.as_str());
             let href = format!("/review?stage={}", c.stage);
             view! {
                 <a class="card money-tile tile-link stage-tile" class:tile-current=here href=href data-testid=format!("count-{}", c.stage)>
@@ -106,6 +136,12 @@ fn QueueView(q: ReviewQueue, filters: ReviewFilters) -> impl IntoView {
             }
         })
         .collect_view();
+    view! { <section class="money-grid" data-testid="stage-counts">{tiles}</section> }
+}
+
+/// The queue's filters, each choice kept in the page's address.
+#[component]
+fn QueueFilters(models: Vec<String>, filters: ReviewFilters) -> impl IntoView {
     let option = |value: &str, label: &str, current: &Option<String>| {
         let selected = current.as_deref() == Some(value);
         view! { <option value=value.to_string() selected=selected>{label.to_string()}</option> }
@@ -123,8 +159,7 @@ fn QueueView(q: ReviewQueue, filters: ReviewFilters) -> impl IntoView {
     .iter()
     .map(|(v, l)| option(v, l, &filters.state))
     .collect_view();
-    let model_options = q
-        .models
+    let model_options = models
         .iter()
         .map(|m| option(m, m, &filters.model))
         .collect_view();
@@ -137,54 +172,31 @@ fn QueueView(q: ReviewQueue, filters: ReviewFilters) -> impl IntoView {
     .map(|(v, l)| option(v, l, &filters.age))
     .collect_view();
     let sort_options = option("exposure", "Most possibly spent first", &filters.sort);
-    let next = q.next_cursor.clone().map(|c| {
-        let base = filters.query();
-        let sep = if base.is_empty() { "" } else { "&" };
-        format!("/review?{base}{sep}cursor={}", urlencoding::encode(&c))
-    });
-    let rows = q.rows.clone();
-    let bulk = (q.matching_open > 0 && !q.bulk_actions.is_empty())
-        .then(|| view! { <BulkForm q=q.clone() filters=filters.clone() /> });
     view! {
-        <header class="page-head">
-            <h1>"Review queue"</h1>
-            <p class="lede">"Jobs Tollgate could not finish without knowing whether money was spent. Nothing is sent again and nothing more is spent until a decision is recorded here."</p>
-        </header>
-        {banner}
-        <section class="money-grid" data-testid="stage-counts">{tiles}</section>
-        <section class="card">
-            <form method="get" action="/review" class="form form-inline attempt-filters" data-testid="queue-filters">
-                <div class="field">
-                    <label for="f-stage">"Stage"</label>
-                    <select id="f-stage" name="stage"><option value="">"Any"</option>{stage_options}</select>
-                </div>
-                <div class="field">
-                    <label for="f-state">"State"</label>
-                    <select id="f-state" name="state"><option value="">"Not closed"</option>{state_options}</select>
-                </div>
-                <div class="field">
-                    <label for="f-model">"Model"</label>
-                    <select id="f-model" name="model"><option value="">"Any"</option>{model_options}</select>
-                </div>
-                <div class="field">
-                    <label for="f-age">"Waiting"</label>
-                    <select id="f-age" name="age"><option value="">"Any time"</option>{age_options}</select>
-                </div>
-                <div class="field">
-                    <label for="f-sort">"Order"</label>
-                    <select id="f-sort" name="sort"><option value="">"Oldest first"</option>{sort_options}</select>
-                </div>
-                <button type="submit" class="btn btn-primary">"Filter"</button>
-                {(filters.query() != "").then(|| view! { <a class="small" href="/review">"Clear filters"</a> })}
-            </form>
-            {if rows.is_empty() {
-                view! { <p class="empty" data-testid="queue-empty">"Nothing waits for a decision here."</p> }.into_any()
-            } else {
-                view! { <QueueTable rows=rows /> }.into_any()
-            }}
-            {next.map(|href| view! { <p class="pager"><a class="btn btn-ghost" href=href>"Next page →"</a></p> })}
-        </section>
-        {bulk}
+        <form method="get" action="/review" class="form form-inline attempt-filters" data-testid="queue-filters">
+            <div class="field">
+                <label for="f-stage">"Stage"</label>
+                <select id="f-stage" name="stage"><option value="">"Any"</option>{stage_options}</select>
+            </div>
+            <div class="field">
+                <label for="f-state">"State"</label>
+                <select id="f-state" name="state"><option value="">"Not closed"</option>{state_options}</select>
+            </div>
+            <div class="field">
+                <label for="f-model">"Model"</label>
+                <select id="f-model" name="model"><option value="">"Any"</option>{model_options}</select>
+            </div>
+            <div class="field">
+                <label for="f-age">"Waiting"</label>
+                <select id="f-age" name="age"><option value="">"Any time"</option>{age_options}</select>
+            </div>
+            <div class="field">
+                <label for="f-sort">"Order"</label>
+                <select id="f-sort" name="sort"><option value="">"Oldest first"</option>{sort_options}</select>
+            </div>
+            <button type="submit" class="btn btn-primary">"Filter"</button>
+            {(filters.query() != "").then(|| view! { <a class="small" href="/review">"Clear filters"</a> })}
+        </form>
     }
 }
 
@@ -355,34 +367,8 @@ pub fn ReviewRecordPage() -> impl IntoView {
 
 #[component]
 fn RecordView(r: ReviewRecord) -> impl IntoView {
-    let evidence = r
-        .evidence
-        .iter()
-        .map(|(k, v)| view! { <dt>{k.clone()}</dt><dd class="mono small">{v.clone()}</dd> })
-        .collect_view();
-    let attempts = r
-        .attempts
-        .iter()
-        .map(|a| {
-            view! {
-                <tr data-testid="record-attempt">
-                    <td>{format!("#{}", a.attempt_no)}</td>
-                    <td><div class="cell-title">{a.model.clone()}</div><div class="small muted">{a.provider.clone()}</div></td>
-                    <td><span class=format!("badge attempt-{}", a.state)>{a.state.clone()}</span>
-                        {a.error_class.clone().map(|c| view! { <div class="small muted">{c}</div> })}</td>
-                    <td class="small">{a.cost.clone()}{a.hold.clone().map(|h| view! { <div class="small muted">{format!("held {h}")}</div> })}</td>
-                    <td class="mono small">{a.provider_job_id.clone().unwrap_or_default()}<div class="muted">{a.idempotency_key.clone()}</div></td>
-                    <td class="small nowrap">{a.started.clone()}</td>
-                </tr>
-            }
-        })
-        .collect_view();
     let decisions = r.decisions.clone();
     let events = r.events.clone();
-    let actions = r.allowed.clone();
-    let open = !actions.is_empty();
-    let cancelled = r.job_cancelled;
-    let record_id = r.id.clone();
     view! {
         <header class="page-head page-head-row">
             <div>
@@ -396,27 +382,7 @@ fn RecordView(r: ReviewRecord) -> impl IntoView {
             <a class="btn btn-ghost" href=format!("/edits/{}", r.job_id)>"Open the job"</a>
         </header>
         <div class="grid-2">
-            <section class="card" data-testid="evidence">
-                <h2 class="card-title">"What is known"</h2>
-                <p><strong>{r.known.clone()}</strong></p>
-                <p><span class="muted">"Tollgate's reading: "</span>{r.reason.clone()}</p>
-                {r.last_error.clone().map(|e| view! { <p class="small"><span class="muted">"The last error seen (from the provider or our connection to it): "</span><span class="mono">{e}</span></p> })}
-                <dl class="facts">
-                    <dt>"Job"</dt><dd class="mono small">{r.job_id.clone()}</dd>
-                    <dt>"Owner"</dt><dd>{r.user.clone()}</dd>
-                    <dt>"Job status"</dt><dd>{r.job_status.clone()}</dd>
-                    <dt>"Provider job id"</dt><dd class="mono small">{r.provider_job_id.clone().unwrap_or_else(|| "not known".into())}</dd>
-                    {evidence}
-                    <dt>"Request fingerprint"</dt><dd class="mono small" title="SHA-256 of the request's canonical body">{r.fingerprint.clone()}</dd>
-                    <dt>"Last observed"</dt><dd>{r.observed.clone()}</dd>
-                    <dt>"Status checks"</dt><dd>{r.polls}</dd>
-                    <dt>"Delivery tries"</dt><dd>{r.deliveries}</dd>
-                </dl>
-                <details class="small">
-                    <summary>"The evidence as recorded"</summary>
-                    <pre class="mono">{r.evidence_json.clone()}</pre>
-                </details>
-            </section>
+            <EvidenceCard r=r.clone() />
             <div>
                 <section class="money-grid money-grid-2">
                     <div class="card money-tile" data-testid="exposure">
@@ -430,19 +396,7 @@ fn RecordView(r: ReviewRecord) -> impl IntoView {
                         <div class="small muted">"kept against the day until a decision"</div>
                     </div>
                 </section>
-                {if open {
-                    view! { <section class="card" data-testid="actions">
-                        <h2 class="card-title">"Decide"</h2>
-                        <p class="small muted">"Only what this stage permits. Your name is recorded with the decision; the evidence is required."</p>
-                        {actions.into_iter().map(|a| view! { <ActionForm record=record_id.clone() action=a exposure=r.exposure.clone() cancelled=cancelled /> }).collect_view()}
-                    </section> }.into_any()
-                } else {
-                    view! { <section class="card"><p class="muted" data-testid="no-actions">{match r.state.as_str() {
-                        "decided" => "Decided: a worker will claim the recovery shortly.",
-                        "recovering" => "A worker holds the recovery; the record closes when its outcome is verified.",
-                        _ => "This record is closed.",
-                    }}</p></section> }.into_any()
-                }}
+                <DecideCard r=r.clone() />
                 <section class="card">
                     <h2 class="card-title">"Add a note"</h2>
                     <form method="post" action=format!("/review/{}/note", r.id) class="form">
@@ -455,15 +409,7 @@ fn RecordView(r: ReviewRecord) -> impl IntoView {
                 </section>
             </div>
         </div>
-        <section class="card">
-            <h2 class="card-title">"Attempts"</h2>
-            <div class="table-wrap">
-                <table class="table" data-testid="record-attempts">
-                    <thead><tr><th scope="col">"#"</th><th scope="col">"Model"</th><th scope="col">"State"</th><th scope="col">"Cost"</th><th scope="col">"Provider id / our key"</th><th scope="col">"Sent"</th></tr></thead>
-                    <tbody>{attempts}</tbody>
-                </table>
-            </div>
-        </section>
+        <RecordAttempts attempts=r.attempts.clone() />
         <div class="grid-2">
             <section class="card" data-testid="decisions">
                 <h2 class="card-title">"Decisions"</h2>
@@ -486,6 +432,95 @@ fn RecordView(r: ReviewRecord) -> impl IntoView {
                 </ol>
             </section>
         </div>
+    }
+}
+
+/// What is known about the parked work, labelled, and the evidence as
+/// recorded.
+#[component]
+fn EvidenceCard(r: ReviewRecord) -> impl IntoView {
+    let evidence = r
+        .evidence
+        .iter()
+        .map(|(k, v)| view! { <dt>{k.clone()}</dt><dd class="mono small">{v.clone()}</dd> })
+        .collect_view();
+    view! {
+        <section class="card" data-testid="evidence">
+            <h2 class="card-title">"What is known"</h2>
+            <p><strong>{r.known.clone()}</strong></p>
+            <p><span class="muted">"Tollgate's reading: "</span>{r.reason.clone()}</p>
+            {r.last_error.clone().map(|e| view! { <p class="small"><span class="muted">"The last error seen (from the provider or our connection to it): "</span><span class="mono">{e}</span></p> })}
+            <dl class="facts">
+                <dt>"Job"</dt><dd class="mono small">{r.job_id.clone()}</dd>
+                <dt>"Owner"</dt><dd>{r.user.clone()}</dd>
+                <dt>"Job status"</dt><dd>{r.job_status.clone()}</dd>
+                <dt>"Provider job id"</dt><dd class="mono small">{r.provider_job_id.clone().unwrap_or_else(|| "not known".into())}</dd>
+                {evidence}
+                <dt>"Request fingerprint"</dt><dd class="mono small" title="SHA-256 of the request's canonical body">{r.fingerprint.clone()}</dd>
+                <dt>"Last observed"</dt><dd>{r.observed.clone()}</dd>
+                <dt>"Status checks"</dt><dd>{r.polls}</dd>
+                <dt>"Delivery tries"</dt><dd>{r.deliveries}</dd>
+            </dl>
+            <details class="small">
+                <summary>"The evidence as recorded"</summary>
+                <pre class="mono">{r.evidence_json.clone()}</pre>
+            </details>
+        </section>
+    }
+}
+
+/// The actions this stage permits, or why there are none.
+#[component]
+fn DecideCard(r: ReviewRecord) -> impl IntoView {
+    let actions = r.allowed.clone();
+    if actions.is_empty() {
+        let why = match r.state.as_str() {
+            "decided" => "Decided: a worker will claim the recovery shortly.",
+            "recovering" => {
+                "A worker holds the recovery; the record closes when its outcome is verified."
+            }
+            _ => "This record is closed.",
+        };
+        return view! { <section class="card"><p class="muted" data-testid="no-actions">{why}</p></section> }
+            .into_any();
+    }
+    let (record_id, cancelled) = (r.id.clone(), r.job_cancelled);
+    view! { <section class="card" data-testid="actions">
+        <h2 class="card-title">"Decide"</h2>
+        <p class="small muted">"Only what this stage permits. Your name is recorded with the decision; the evidence is required."</p>
+        {actions.into_iter().map(|a| view! { <ActionForm record=record_id.clone() action=a exposure=r.exposure.clone() cancelled=cancelled /> }).collect_view()}
+    </section> }
+    .into_any()
+}
+
+#[component]
+fn RecordAttempts(attempts: Vec<ReviewAttemptRow>) -> impl IntoView {
+    let rows = attempts
+        .iter()
+        .map(|a| {
+            view! {
+                <tr data-testid="record-attempt">
+                    <td>{format!("#{}", a.attempt_no)}</td>
+                    <td><div class="cell-title">{a.model.clone()}</div><div class="small muted">{a.provider.clone()}</div></td>
+                    <td><span class=format!("badge attempt-{}", a.state)>{a.state.clone()}</span>
+                        {a.error_class.clone().map(|c| view! { <div class="small muted">{c}</div> })}</td>
+                    <td class="small">{a.cost.clone()}{a.hold.clone().map(|h| view! { <div class="small muted">{format!("held {h}")}</div> })}</td>
+                    <td class="mono small">{a.provider_job_id.clone().unwrap_or_default()}<div class="muted">{a.idempotency_key.clone()}</div></td>
+                    <td class="small nowrap">{a.started.clone()}</td>
+                </tr>
+            }
+        })
+        .collect_view();
+    view! {
+        <section class="card">
+            <h2 class="card-title">"Attempts"</h2>
+            <div class="table-wrap">
+                <table class="table" data-testid="record-attempts">
+                    <thead><tr><th scope="col">"#"</th><th scope="col">"Model"</th><th scope="col">"State"</th><th scope="col">"Cost"</th><th scope="col">"Provider id / our key"</th><th scope="col">"Sent"</th></tr></thead>
+                    <tbody>{rows}</tbody>
+                </table>
+            </div>
+        </section>
     }
 }
 

@@ -1,7 +1,7 @@
 //! Admin: users, their roles, the disabled flag, and credit grants.
 
 use super::LoadError;
-use crate::app::RoleBadge;
+use super::RoleBadge;
 use crate::data::{all_users, UserRow};
 use leptos::prelude::*;
 use leptos_meta::Title;
@@ -51,60 +51,7 @@ pub fn UsersPage() -> impl IntoView {
 fn UserTable(users: Vec<UserRow>) -> impl IntoView {
     let rows = users
         .into_iter()
-        .map(|u| {
-            let role_action = format!("/admin/users/{}/role", u.id);
-            let disable_action = format!("/admin/users/{}/disabled", u.id);
-            let grant_action = format!("/admin/users/{}/grants", u.id);
-            let current = u.role;
-            let email = u.email.clone();
-            view! {
-                <tr class:disabled-row=u.disabled data-email=u.email.clone()>
-                    <td data-label="User">
-                        <div class="cell-title">{u.email.clone()}</div>
-                        <div class="small muted">"since " {u.created}</div>
-                    </td>
-                    <td data-label="Role">
-                        <div class="cell-stack">
-                            <RoleBadge role=u.role />
-                            {u.disabled.then(|| view! { <span class="badge badge-disabled">"Disabled"</span> })}
-                        </div>
-                    </td>
-                    <td class="num" data-label="Balance">{u.balance}</td>
-                    <td data-label="Change role">
-                        <form method="post" action=role_action class="inline-form">
-                            <label class="visually-hidden" for=format!("role-{}", u.id)>{format!("Role for {email}")}</label>
-                            <select id=format!("role-{}", u.id) name="role" disabled=u.is_me>
-                                {Role::ALL
-                                    .map(|r| view! { <option value=r.as_str() selected=r == current>{r.label()}</option> })
-                                    .collect_view()}
-                            </select>
-                            <button type="submit" class="btn btn-ghost btn-small" disabled=u.is_me>"Save"</button>
-                        </form>
-                    </td>
-                    <td data-label="Grant">
-                        <form method="post" action=grant_action class="inline-form grant-form">
-                            <label class="visually-hidden" for=format!("amount-{}", u.id)>{format!("Credits to grant {}", u.email)}</label>
-                            <input id=format!("amount-{}", u.id) name="amount" type="number" min="1" max="1000000" step="1" required placeholder="Credits" class="input-narrow" />
-                            <label class="visually-hidden" for=format!("reason-{}", u.id)>"Reason"</label>
-                            <input id=format!("reason-{}", u.id) name="reason" type="text" maxlength="500" placeholder="Reason (optional)" />
-                            // Made when the page was rendered: a double click grants once.
-                            <input type="hidden" name="key" value=uuid::Uuid::new_v4().to_string() />
-                            <button type="submit" class="btn btn-primary btn-small">"Grant"</button>
-                        </form>
-                    </td>
-                    <td class="actions">
-                        {(!u.is_me).then(|| view! {
-                            <form method="post" action=disable_action class="inline-form">
-                                <input type="hidden" name="disabled" value=if u.disabled { "false" } else { "true" } />
-                                <button type="submit" class=if u.disabled { "btn btn-ghost btn-small" } else { "btn btn-danger btn-small" }>
-                                    {if u.disabled { "Enable" } else { "Disable" }}
-                                </button>
-                            </form>
-                        })}
-                    </td>
-                </tr>
-            }
-        })
+        .map(|u| view! { <UserLine u=u /> })
         .collect::<Vec<_>>();
     view! {
         <section class="card">
@@ -124,5 +71,62 @@ fn UserTable(users: Vec<UserRow>) -> impl IntoView {
                 </table>
             </div>
         </section>
+    }
+}
+
+/// One person: their role, balance, and what an admin may do for them.
+#[component]
+fn UserLine(u: UserRow) -> impl IntoView {
+    let role_action = format!("/admin/users/{}/role", u.id);
+    let disable_action = format!("/admin/users/{}/disabled", u.id);
+    let grant_action = format!("/admin/users/{}/grants", u.id);
+    let current = u.role;
+    let email = u.email.clone();
+    view! {
+        <tr class:disabled-row=u.disabled data-email=u.email.clone()>
+            <td data-label="User">
+                <div class="cell-title">{u.email.clone()}</div>
+                <div class="small muted">"since " {u.created}</div>
+            </td>
+            <td data-label="Role">
+                <div class="cell-stack">
+                    <RoleBadge role=u.role />
+                    {u.disabled.then(|| view! { <span class="badge badge-disabled">"Disabled"</span> })}
+                </div>
+            </td>
+            <td class="num" data-label="Balance">{u.balance}</td>
+            <td data-label="Change role">
+                <form method="post" action=role_action class="inline-form">
+                    <label class="visually-hidden" for=format!("role-{}", u.id)>{format!("Role for {email}")}</label>
+                    <select id=format!("role-{}", u.id) name="role" disabled=u.is_me>
+                        {Role::ALL
+                            .map(|r| view! { <option value=r.as_str() selected=r == current>{r.label()}</option> })
+                            .collect_view()}
+                    </select>
+                    <button type="submit" class="btn btn-ghost btn-small" disabled=u.is_me>"Save"</button>
+                </form>
+            </td>
+            <td data-label="Grant">
+                <form method="post" action=grant_action class="inline-form grant-form">
+                    <label class="visually-hidden" for=format!("amount-{}", u.id)>{format!("Credits to grant {}", u.email)}</label>
+                    <input id=format!("amount-{}", u.id) name="amount" type="number" min="1" max="1000000" step="1" required placeholder="Credits" class="input-narrow" />
+                    <label class="visually-hidden" for=format!("reason-{}", u.id)>"Reason"</label>
+                    <input id=format!("reason-{}", u.id) name="reason" type="text" maxlength="500" placeholder="Reason (optional)" />
+                    // Made when the page was rendered: a double click grants once.
+                    <input type="hidden" name="key" value=uuid::Uuid::new_v4().to_string() />
+                    <button type="submit" class="btn btn-primary btn-small">"Grant"</button>
+                </form>
+            </td>
+            <td class="actions">
+                {(!u.is_me).then(|| view! {
+                    <form method="post" action=disable_action class="inline-form">
+                        <input type="hidden" name="disabled" value=if u.disabled { "false" } else { "true" } />
+                        <button type="submit" class=if u.disabled { "btn btn-ghost btn-small" } else { "btn btn-danger btn-small" }>
+                            {if u.disabled { "Enable" } else { "Disable" }}
+                        </button>
+                    </form>
+                })}
+            </td>
+        </tr>
     }
 }

@@ -2,16 +2,16 @@
 //! extractor), calls the engine, leaves a flash message, and redirects
 //! (post/redirect/get), so they work without JavaScript.
 
-use super::flash;
 use super::listen::ClientAddress;
+use crate::data::flash;
 use axum::extract::rejection::FormRejection;
 use axum::extract::{Path, State};
 use axum::response::Redirect;
 use axum::routing::post;
 use axum::{Extension, Form, Router};
 use serde::Deserialize;
-use tollgate::auth::{begin_session, end_session, AdminOnly, AnyUser, Authorized};
 use tollgate::model::{ApiTokenId, Credits, JobId, Role, UserId};
+use tollgate::usecases::auth::{begin_session, end_session, AdminOnly, AnyUser, Authorized};
 use tollgate::{Error, Tollgate};
 use tower_sessions::Session;
 
@@ -61,7 +61,7 @@ fn sentence(s: &str) -> String {
 /// Only a path of this app may be a post-login destination (no open
 /// redirect); the engine decides.
 fn safe_next(next: &str) -> &str {
-    tollgate::auth::safe_redirect(next)
+    tollgate::usecases::auth::safe_redirect(next)
 }
 
 #[derive(Deserialize)]
@@ -223,7 +223,7 @@ async fn change_password(
     match result {
         Ok(from) => {
             // Every other session ended with the change; this one goes on.
-            if let Err(e) = tollgate::auth::stamp_session(&session, from).await {
+            if let Err(e) = tollgate::usecases::auth::stamp_session(&session, from).await {
                 return report(&session, e, "/login").await;
             }
             flash::ok(
@@ -556,7 +556,7 @@ async fn set_cap(
     let back = budget_back(&form);
     let result = async {
         let Form(f) = form.map_err(unreadable)?;
-        let day = tollgate::budget::parse_day(&f.day)?;
+        let day = tollgate::usecases::budget::parse_day(&f.day)?;
         t.set_daily_cap(day, &f.cap_usd, Some(admin.user().id))
             .await
     }
@@ -583,7 +583,7 @@ async fn halt_day(
     let back = budget_back(&form);
     let result = async {
         let Form(f) = form.map_err(unreadable)?;
-        let day = tollgate::budget::parse_day(&f.day)?;
+        let day = tollgate::usecases::budget::parse_day(&f.day)?;
         t.halt_day(day, &f.reason, Some(admin.user().id)).await
     }
     .await;
@@ -612,7 +612,7 @@ async fn resume_day(
     let back = budget_back(&form);
     let result = async {
         let Form(f) = form.map_err(unreadable)?;
-        let day = tollgate::budget::parse_day(&f.day)?;
+        let day = tollgate::usecases::budget::parse_day(&f.day)?;
         t.resume_day(day, Some(&f.reason), Some(admin.user().id))
             .await
     }

@@ -8,8 +8,8 @@ use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, Method, StatusCode, Uri};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Redirect, Response};
-use tollgate::auth::ResolvedPrincipal;
 use tollgate::model::Role;
+use tollgate::usecases::auth::ResolvedPrincipal;
 use tollgate::Tollgate;
 
 /// Who may open a path.
@@ -68,19 +68,10 @@ pub async fn role_guard(State(t): State<Tollgate>, req: Request, next: Next) -> 
         }
     };
     let is_get = parts.method == Method::GET;
-
-    if is_get && path == "/login" {
-        if principal.is_some() {
-            return Redirect::to("/edits").into_response();
+    if is_get {
+        if let Some(elsewhere) = sign_in_redirect(&t, &path, principal.is_some()).await {
+            return elsewhere;
         }
-        if t.setup_needed().await.unwrap_or(false) {
-            return Redirect::to("/setup").into_response();
-        }
-    }
-
-    // Once an admin exists, the setup page is gone.
-    if is_get && path == "/setup" && !t.setup_needed().await.unwrap_or(true) {
-        return Redirect::to("/login").into_response();
     }
 
     match page_access(&path) {
@@ -109,6 +100,22 @@ pub async fn role_guard(State(t): State<Tollgate>, req: Request, next: Next) -> 
             }
             Some(_) => next.run(Request::from_parts(parts, body)).await,
         },
+    }
+}
+
+/// The sign-in and set-up pages send a person where they belong: someone
+/// signed in to their edits, anyone to set-up while no admin exists, and
+/// nobody to set-up once one does.
+async fn sign_in_redirect(t: &Tollgate, path: &str, signed_in: bool) -> Option<Response> {
+    match path {
+        "/login" if signed_in => Some(Redirect::to("/edits").into_response()),
+        "/login" if t.setup_needed().await.unwrap_or(false) => {
+            Some(Redirect::to("/setup").into_response())
+        }
+        "/setup" if !t.setup_needed().await.unwrap_or(true) => {
+            Some(Redirect::to("/login").into_response())
+        }
+        _ => None,
     }
 }
 
@@ -201,7 +208,7 @@ pub fn same_origin(headers: &HeaderMap, public_origin: Option<&str>) -> bool {
         .get(header::ORIGIN)
         .or_else(|| headers.get(header::REFERER))
         .and_then(|v| v.to_str().ok())
-        .and_then(tollgate::auth::origin_of);
+        .and_then(tollgate::usecases::auth::origin_of);
     let Some(source) = source else {
         return false;
     };

@@ -2,7 +2,6 @@
 //! the pages, the form handlers and the engine's `/v1` API, behind the
 //! session layer, the role guard and the cross-site check.
 
-pub mod flash;
 pub mod forms;
 pub mod guard;
 pub mod listen;
@@ -77,7 +76,7 @@ pub fn router(tollgate: Tollgate) -> Router {
             tollgate.clone(),
             guard::role_guard,
         ))
-        .layer(tollgate::auth::session_layer(&tollgate))
+        .layer(tollgate::usecases::auth::session_layer(&tollgate))
         .layer(axum::middleware::from_fn_with_state(
             tollgate.clone(),
             guard::host_check,

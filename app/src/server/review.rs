@@ -3,17 +3,17 @@
 //! with the engine's extractor, calls the engine, leaves a flash and
 //! redirects back (post/redirect/get). The reviewer is the session's user.
 
-use super::flash;
 use super::forms::report;
+use crate::data::flash;
 use axum::extract::rejection::FormRejection;
 use axum::extract::{Path, State};
 use axum::response::Redirect;
 use axum::routing::post;
 use axum::{Form, Router};
 use serde::Deserialize;
-use tollgate::auth::{Authorized, ReviewerOnly};
 use tollgate::model::ParkedId;
-use tollgate::parked::{DecisionRequest, ParkedQuery};
+use tollgate::usecases::auth::{Authorized, ReviewerOnly};
+use tollgate::usecases::parked::{BulkOutcome, DecisionRequest, ParkedQuery};
 use tollgate::{Error, Tollgate};
 use tower_sessions::Session;
 
@@ -169,6 +169,38 @@ pub struct BulkForm {
     decision: DecisionForm,
 }
 
+/// What a bulk decision did, in a sentence or three: how many were
+/// decided, whether the matching set changed since the reviewer confirmed,
+/// and why some were skipped.
+fn bulk_outcome_words(out: &BulkOutcome, expected: Option<&str>) -> String {
+    let mut message = format!(
+        "Decided {} record{}.",
+        out.decided.len(),
+        if out.decided.len() == 1 { "" } else { "s" }
+    );
+    if let Some(expected) = expected.and_then(|e| e.parse::<i64>().ok()) {
+        let seen = (out.decided.len() + out.skipped.len()) as i64;
+        if seen != expected {
+            message.push_str(&format!(
+                " {expected} matched when you confirmed; {seen} matched when it ran."
+            ));
+        }
+    }
+    if !out.skipped.is_empty() {
+        message.push_str(&format!(
+            " Skipped {}: {}.",
+            out.skipped.len(),
+            out.skipped
+                .iter()
+                .take(10)
+                .map(|(id, why)| format!("{} ({why})", &id.to_string()[..8]))
+                .collect::<Vec<_>>()
+                .join("; ")
+        ));
+    }
+    message
+}
+
 async fn bulk(
     State(t): State<Tollgate>,
     who: Authorized<ReviewerOnly>,
@@ -213,31 +245,7 @@ async fn bulk(
     }
     match t.decide_bulk(who.user(), &query, &request).await {
         Ok(out) => {
-            let mut message = format!(
-                "Decided {} record{}.",
-                out.decided.len(),
-                if out.decided.len() == 1 { "" } else { "s" }
-            );
-            if let Some(expected) = f.expected.as_deref().and_then(|e| e.parse::<i64>().ok()) {
-                let seen = (out.decided.len() + out.skipped.len()) as i64;
-                if seen != expected {
-                    message.push_str(&format!(
-                        " {expected} matched when you confirmed; {seen} matched when it ran."
-                    ));
-                }
-            }
-            if !out.skipped.is_empty() {
-                message.push_str(&format!(
-                    " Skipped {}: {}.",
-                    out.skipped.len(),
-                    out.skipped
-                        .iter()
-                        .take(10)
-                        .map(|(id, why)| format!("{} ({why})", &id.to_string()[..8]))
-                        .collect::<Vec<_>>()
-                        .join("; ")
-                ));
-            }
+            let message = bulk_outcome_words(&out, f.expected.as_deref());
             flash::ok(&session, message).await;
             Redirect::to(&back)
         }

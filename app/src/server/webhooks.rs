@@ -2,8 +2,8 @@
 //! endpoints and rotates their account secret (a new secret is shown once); an admin replays
 //! one delivery, or everything dead for an endpoint since a time.
 
-use super::flash;
 use super::forms::report;
+use crate::data::flash;
 use axum::extract::rejection::FormRejection;
 use axum::extract::{Path, State};
 use axum::response::IntoResponse;
@@ -11,8 +11,8 @@ use axum::response::Redirect;
 use axum::routing::post;
 use axum::{Form, Router};
 use serde::Deserialize;
-use tollgate::auth::{AdminOnly, AnyUser, Authorized};
 use tollgate::model::{DeliveryId, WebhookEndpointId, WebhookEvent};
+use tollgate::usecases::auth::{AdminOnly, AnyUser, Authorized};
 use tollgate::{Error, Tollgate};
 use tower_sessions::Session;
 

@@ -9,10 +9,10 @@
 pub mod detect;
 pub mod look;
 
-use super::config::{LocalFaults, ModelSpec};
 use super::{
     Cost, ErrorClass, Finished, Input, Lookup, Output, Poll, Provider, ProviderError, Submission,
 };
+use crate::config::models::{LocalFaults, ModelSpec};
 use crate::model::{JobRequest, Resolution, Strength, TargetKind};
 use image::{imageops, GrayImage, ImageFormat, Luma, Rgb, RgbImage};
 use rand::Rng;
@@ -427,6 +427,10 @@ fn palette(style: &str, photo: &RgbImage) -> Vec<Rgb<u8>> {
 }
 
 /// Renders one pixel of the medium; `cell` is the technique's grain.
+///
+/// Long on purpose: one arm per medium, read as a table of small pixel
+/// rules side by side; split up, each rule would be a function of one line
+/// called from here per pixel.
 fn medium_pixel(
     style: &str,
     photo: &RgbImage,
@@ -681,7 +685,7 @@ pub fn compare(
     candidate: &RgbImage,
     direction: crate::model::Direction,
 ) -> (crate::model::CompareOutcome, String) {
-    use crate::model::{CompareOutcome as O, Direction};
+    use crate::model::CompareOutcome as O;
     let fit = |img: &RgbImage| {
         if img.dimensions() == photo.dimensions() {
             img.clone()
@@ -702,7 +706,20 @@ pub fn compare(
             format!("The candidate changed more of the photo outside the selection: {measured}."),
         );
     }
-    let moved = c_in - p_in;
+    judge(direction, c_in - p_in, between, (c_out, p_out), &measured)
+}
+
+/// What the measured changes mean for the instruction: a stronger or
+/// subtler one must move the selection that way (by more than the noise);
+/// any other is judged by what it kept intact.
+fn judge(
+    direction: crate::model::Direction,
+    moved: f64,
+    between: f64,
+    (c_out, p_out): (f64, f64),
+    measured: &str,
+) -> (crate::model::CompareOutcome, String) {
+    use crate::model::{CompareOutcome as O, Direction};
     match direction {
         Direction::Stronger | Direction::Subtler => {
             let wanted = if direction == Direction::Stronger {
@@ -1136,6 +1153,11 @@ fn square(img: &GrayImage, k: u32, spread: Spread) -> GrayImage {
 /// Separates the shapes that stand apart from the background: the border
 /// colours' foreground, opened and closed (so texture and thin seams do not
 /// count), then its connected regions.
+///
+/// Long on purpose: one pipeline over one reduced image (the border's
+/// colours, the mask, its opening and closing, the labelled regions and
+/// their measures), each stage feeding the next; apart, each would hand the
+/// next a half-made image.
 pub fn survey(photo: &RgbImage) -> Result<Survey, String> {
     use imageproc::region_labelling::{connected_components, Connectivity};
     let small = if photo.width().max(photo.height()) > SURVEY_SIDE {

@@ -134,7 +134,7 @@ impl Backend {
             return Ok(Submitted::Existing(job_from_row(&row)?));
         };
         let job = job_from_row(&row)?;
-        let statements = 1 + charge_in(&mut tx, new, None).await?;
+        let statements = 1 + super::within::charge_in(&mut tx, new, None).await?;
         tx.commit().await?;
         self.committed(Purpose::Submit, statements);
         Ok(Submitted::Created(job))
@@ -203,9 +203,9 @@ impl Backend {
             return Ok(None);
         };
         // Its parked record closes by the jobs_parked_closed trigger.
-        refund_in(&mut tx, id, at).await?;
+        super::within::refund_in(&mut tx, id, at).await?;
         let job = job_from_row(&row)?;
-        let outbox = super::webhooks::write_outbox(&mut tx, &job, at).await?;
+        let outbox = super::within::write_outbox(&mut tx, self.envelope, &job, at).await?;
         tx.commit().await?;
         self.committed(Purpose::Other, 3 + outbox);
         Ok(Some(job))
@@ -230,7 +230,7 @@ impl Backend {
     /// Rule 3: refunds a failed or cancelled job, once, however often called.
     pub async fn refund_job(&self, id: JobId, at: DateTime<Utc>) -> StoreResult<bool> {
         let mut tx = self.writer.begin().await?;
-        let refunded = refund_in(&mut tx, id, at).await?;
+        let refunded = super::within::refund_in(&mut tx, id, at).await?;
         tx.commit().await?;
         self.committed(Purpose::Other, 2);
         Ok(refunded)
@@ -302,66 +302,4 @@ impl Backend {
         row.map(|r| Ok((r.try_get("output_key")?, r.try_get("output_content_type")?)))
             .transpose()
     }
-}
-
-/// Rule 3, the one refund: its reference is derived from the job, it is
-/// inserted do-nothing-on-conflict, and only for a job that is failed or
-/// cancelled. True when this call refunded (and then it goes on the
-/// timeline).
-/// Rule 2's charge of a job just inserted, in its transaction (the
-/// ledger's trigger aborts both when the balance cannot pay), and its
-/// doorbell on PostgreSQL. Returns the statements it took.
-pub(super) async fn charge_in(
-    conn: &mut Conn,
-    new: &NewJob,
-    reason: Option<&str>,
-) -> StoreResult<u64> {
-    sqlx::query(
-        "INSERT INTO ledger (id, user_id, amount, kind, reference, actor_id, reason, created_at) \
-         VALUES ($1, $2, $3, 'debit', $4, NULL, $5, $6)",
-    )
-    .bind(uuid::Uuid::new_v4())
-    .bind(new.user_id.0)
-    .bind(-new.credits.0)
-    .bind(format!("debit:job:{}", new.id))
-    .bind(reason)
-    .bind(new.created_at)
-    .execute(&mut *conn)
-    .await?;
-    if let Some(ring) = super::super::RING {
-        sqlx::query(ring)
-            .bind(new.id.to_string())
-            .execute(&mut *conn)
-            .await?;
-        return Ok(2);
-    }
-    Ok(1)
-}
-
-pub(super) async fn refund_in(conn: &mut Conn, job: JobId, at: DateTime<Utc>) -> StoreResult<bool> {
-    let r = sqlx::query(
-        "INSERT INTO ledger (id, user_id, amount, kind, reference, actor_id, reason, created_at) \
-         SELECT $1, user_id, credits, 'refund', $2, NULL, 'job ' || status, $3 \
-         FROM jobs WHERE id = $4 AND status IN ('failed', 'cancelled') \
-         ON CONFLICT (reference) DO NOTHING",
-    )
-    .bind(uuid::Uuid::new_v4())
-    .bind(format!("refund:job:{job}"))
-    .bind(at)
-    .bind(job.0)
-    .execute(&mut *conn)
-    .await?;
-    let refunded = r.rows_affected() == 1;
-    if refunded {
-        sqlx::query(
-            "INSERT INTO job_events (job_id, kind, detail, created_at) VALUES ($1, 'refunded', $2, $3)",
-        )
-        .bind(job.0)
-        .bind(Json(serde_json::json!({})))
-        .bind(at)
-        .execute(&mut *conn)
-        .await?;
-        super::lineage::free_repair_in(conn, job, at).await?;
-    }
-    Ok(refunded)
 }

@@ -4,21 +4,10 @@
 //! the lineage's delivered version moved (or its repairs stopped) in the
 //! repair's terminal write.
 
+use super::within::{lineage_from_row, LINEAGE_COLUMNS};
 use super::*;
-use crate::model::{LineageEffect, LineageState, RepairRefusal, REPAIRS_MAX};
+use crate::model::{LineageState, RepairRefusal, REPAIRS_MAX};
 use chrono::{DateTime, Utc};
-
-const LINEAGE_COLUMNS: &str = "root, delivered, repairs_used, stopped";
-
-fn lineage_from_row(r: &Row) -> StoreResult<LineageState> {
-    let used: i32 = r.try_get("repairs_used")?;
-    Ok(LineageState {
-        root: JobId(r.try_get("root")?),
-        delivered: JobId(r.try_get("delivered")?),
-        repairs_used: u32::try_from(used).map_err(corrupt)?,
-        stopped: r.try_get("stopped")?,
-    })
-}
 
 impl Backend {
     pub async fn submit_repair(&self, new: &NewRepair) -> StoreResult<Submitted> {
@@ -35,36 +24,8 @@ impl Backend {
         {
             return Ok(Submitted::Existing(job_from_row(&row)?));
         }
-        sqlx::query(
-            "INSERT INTO lineages (root, delivered, repairs_used, stopped, updated_at) \
-             VALUES ($1, $1, 0, FALSE, $2) ON CONFLICT (root) DO NOTHING",
-        )
-        .bind(new.root.0)
-        .bind(j.created_at)
-        .execute(&mut *tx)
-        .await?;
-        // The one place the limit is enforced: racing requests queue on the
-        // lineage's row, and each sees the count the previous one left.
-        let taken: Option<uuid::Uuid> = sqlx::query_scalar(
-            "UPDATE lineages SET repairs_used = repairs_used + 1, updated_at = $2 \
-             WHERE root = $1 AND repairs_used < $3 AND NOT stopped RETURNING delivered",
-        )
-        .bind(new.root.0)
-        .bind(j.created_at)
-        .bind(REPAIRS_MAX as i32)
-        .fetch_optional(&mut *tx)
-        .await?;
-        let Some(delivered) = taken else {
-            let stopped: bool = sqlx::query_scalar("SELECT stopped FROM lineages WHERE root = $1")
-                .bind(new.root.0)
-                .fetch_one(&mut *tx)
-                .await?;
-            return Err(StoreError::RepairRefused(if stopped {
-                RepairRefusal::Stopped
-            } else {
-                RepairRefusal::LimitReached
-            }));
-        };
+        // The one place the limit is enforced (see `take_repair_in`).
+        let delivered = take_repair_in(&mut tx, new.root, j.created_at).await?;
         let sql = format!(
             "INSERT INTO jobs (id, user_id, kind, status, request, request_sha256, idempotency_key, credits, \
              estimated_usd, created_at, lineage_root, repair_of, instruction) \
@@ -98,7 +59,7 @@ impl Backend {
             return Ok(Submitted::Existing(job_from_row(&row)?));
         };
         let job = job_from_row(&row)?;
-        let statements = 4 + super::jobs::charge_in(&mut tx, j, Some("repair")).await?;
+        let statements = 4 + super::within::charge_in(&mut tx, j, Some("repair")).await?;
         tx.commit().await?;
         self.committed(Purpose::Submit, statements);
         Ok(Submitted::Created(job))
@@ -145,65 +106,44 @@ impl Backend {
     }
 }
 
-/// An image edit's lineage state inside a transaction (a fresh one before
-/// its first repair); `None` for a video.
-pub(super) async fn lineage_in(conn: &mut Conn, job: &Job) -> StoreResult<Option<LineageState>> {
-    if job.kind != JobKind::ImageEdit {
-        return Ok(None);
-    }
-    let row = sqlx::query(&format!(
-        "SELECT {LINEAGE_COLUMNS} FROM lineages WHERE root = $1"
-    ))
-    .bind(job.root().0)
+/// Takes one of the lineage's repairs (creating its row on the first):
+/// racing requests queue on the lineage's row, and each sees the count the
+/// previous one left. Returns the version delivered now, which the repair
+/// works on; refused when the lineage is full or stopped.
+async fn take_repair_in(
+    conn: &mut Conn,
+    root: JobId,
+    at: DateTime<Utc>,
+) -> StoreResult<uuid::Uuid> {
+    sqlx::query(
+        "INSERT INTO lineages (root, delivered, repairs_used, stopped, updated_at) \
+         VALUES ($1, $1, 0, FALSE, $2) ON CONFLICT (root) DO NOTHING",
+    )
+    .bind(root.0)
+    .bind(at)
+    .execute(&mut *conn)
+    .await?;
+    // The one place the limit is enforced: racing requests queue on the
+    // lineage's row, and each sees the count the previous one left.
+    let taken: Option<uuid::Uuid> = sqlx::query_scalar(
+        "UPDATE lineages SET repairs_used = repairs_used + 1, updated_at = $2 \
+         WHERE root = $1 AND repairs_used < $3 AND NOT stopped RETURNING delivered",
+    )
+    .bind(root.0)
+    .bind(at)
+    .bind(REPAIRS_MAX as i32)
     .fetch_optional(&mut *conn)
     .await?;
-    Ok(Some(match row {
-        Some(r) => lineage_from_row(&r)?,
-        None => LineageState::fresh(job.root()),
-    }))
-}
-
-/// With a refund (rule 3): a failed or cancelled repair gives its slot
-/// back, once, since its refund is written once.
-pub(super) async fn free_repair_in(
-    conn: &mut Conn,
-    job: JobId,
-    at: DateTime<Utc>,
-) -> StoreResult<()> {
-    sqlx::query(
-        "UPDATE lineages SET repairs_used = repairs_used - 1, updated_at = $2 \
-         WHERE repairs_used > 0 AND root = \
-               (SELECT lineage_root FROM jobs WHERE id = $1 AND repair_of IS NOT NULL)",
-    )
-    .bind(job.0)
-    .bind(at)
-    .execute(conn)
-    .await?;
-    Ok(())
-}
-
-/// In a repair's terminal write: what its comparison decided for the
-/// lineage (`LineageEffect`). Returns the statements it took.
-pub(super) async fn end_repair_in(
-    conn: &mut Conn,
-    job: &Job,
-    effect: LineageEffect,
-    at: DateTime<Utc>,
-) -> StoreResult<u64> {
-    let q = match effect {
-        LineageEffect::Deliver => {
-            sqlx::query("UPDATE lineages SET delivered = $2, updated_at = $3 WHERE root = $1")
-                .bind(job.root().0)
-                .bind(job.id.0)
-                .bind(at)
-        }
-        LineageEffect::KeepAndStop => {
-            sqlx::query("UPDATE lineages SET stopped = TRUE, updated_at = $2 WHERE root = $1")
-                .bind(job.root().0)
-                .bind(at)
-        }
-        LineageEffect::Keep => return Ok(0),
+    let Some(delivered) = taken else {
+        let stopped: bool = sqlx::query_scalar("SELECT stopped FROM lineages WHERE root = $1")
+            .bind(root.0)
+            .fetch_one(&mut *conn)
+            .await?;
+        return Err(StoreError::RepairRefused(if stopped {
+            RepairRefusal::Stopped
+        } else {
+            RepairRefusal::LimitReached
+        }));
     };
-    q.execute(conn).await?;
-    Ok(1)
+    Ok(delivered)
 }

@@ -16,6 +16,7 @@ mod retention;
 mod spend;
 mod units;
 mod webhooks;
+mod within;
 
 use super::{Backend, Db};
 use crate::model::scrub;

@@ -187,115 +187,74 @@ impl Backend {
     /// again gets the first back, another one is a conflict.
     pub async fn decide(&self, d: &NewDecision) -> StoreResult<Decided> {
         let mut tx = self.writer.begin().await?;
-        let mut statements = 3u64;
-        // The job's row first, then the record's: the order every claim,
-        // park and cancel takes them in (the job's update, then its
-        // triggers' update of the record), so a decision racing a cancel
-        // waits instead of deadlocking.
-        let job_status: Option<String> = sqlx::query_scalar(concat!(
-            "SELECT status FROM jobs WHERE id = (SELECT job_id FROM parked WHERE id = $1) ",
-            for_update!()
-        ))
-        .bind(d.parked_id.0)
-        .fetch_optional(&mut *tx)
-        .await?;
-        let job_status = job_status.ok_or(StoreError::NotFound)?;
-        let job_status = JobStatus::parse(&job_status).ok_or_else(|| corrupt(&job_status))?;
-        let row = sqlx::query(concat!(
-            "SELECT job_id, stage, state, round, attempt_id FROM parked WHERE id = $1 ",
-            for_update!()
-        ))
-        .bind(d.parked_id.0)
-        .fetch_optional(&mut *tx)
-        .await?
-        .ok_or(StoreError::NotFound)?;
-        let job = JobId(row.try_get("job_id")?);
-        let stage: String = row.try_get("stage")?;
-        let stage = ParkedStage::parse(&stage).ok_or_else(|| corrupt(&stage))?;
-        let state: String = row.try_get("state")?;
-        let state = ParkedState::parse(&state).ok_or_else(|| corrupt(&state))?;
-        let round: i32 = row.try_get("round")?;
-        let attempt: Option<uuid::Uuid> = row.try_get("attempt_id")?;
-
-        // An open record has no decision in its round yet: a reconcile or a
-        // failed recovery moved it to the next. A reconcile sent again is
-        // answered with the first; a recovery that failed may be decided anew.
-        match (state, latest_decision(&mut tx, d.parked_id).await?) {
-            (ParkedState::Open, Some(last))
-                if last.action == ReviewAction::Reconcile && same_decision(&last, d) =>
-            {
-                return Ok(Decided::Existing(last))
-            }
-            (ParkedState::Open, _) => {}
-            (_, Some(last)) if same_decision(&last, d) => return Ok(Decided::Existing(last)),
-            (_, Some(last)) => return Ok(Decided::Conflict(last)),
-            (_, None) => return Ok(Decided::Closed),
+        let locked = lock_for_decision(&mut tx, d.parked_id).await?;
+        if let Some(answer) = answered_already(&mut tx, &locked, d).await? {
+            return Ok(answer);
         }
-        if !stage.allows_for(job_status).contains(&d.action) {
-            return Ok(Decided::NotAllowed(stage, job_status));
+        if !locked
+            .stage
+            .allows_for(locked.job_status)
+            .contains(&d.remedy.action())
+        {
+            return Ok(Decided::NotAllowed(locked.stage, locked.job_status));
         }
-
         // What the original may already have cost: known costs, and the
         // estimate held for each unknown one.
         let exposure: crate::model::Usd = sqlx::query_scalar(
             "SELECT COALESCE(sum(COALESCE(cost_usd, hold_usd)), 0) FROM attempts WHERE job_id = $1",
         )
-        .bind(job.0)
+        .bind(locked.job.0)
         .fetch_one(&mut *tx)
         .await?;
-        let new_job = match (d.new_job, d.action) {
-            (Some(n), ReviewAction::NewAttempt) => Some(n),
-            (None, ReviewAction::NewAttempt) => {
-                return Err(corrupt("a new_attempt decision without its new job"))
-            }
-            _ => None,
-        };
+        let mut statements = 3u64;
         // The new job first: the decision names it.
-        if let Some(n) = new_job {
-            sqlx::query(
-                "INSERT INTO jobs (id, user_id, kind, status, request, request_sha256, idempotency_key, \
-                 credits, estimated_usd, created_at, replaces) \
-                 SELECT $1, user_id, kind, 'queued', request, request_sha256, NULL, credits, estimated_usd, $2, id \
-                 FROM jobs WHERE id = $3",
-            )
-            .bind(n.0)
-            .bind(d.decided_at)
-            .bind(job.0)
-            .execute(&mut *tx)
-            .await?;
+        if let Some(n) = d.remedy.new_job() {
+            insert_new_attempt_job(&mut tx, n, locked.job, d.decided_at).await?;
             statements += 1;
         }
-        if !insert_decision(&mut tx, d, round, new_job, exposure).await? {
+        if !insert_decision(&mut tx, d, locked.round, exposure).await? {
             // The lock makes this unreachable; the index is the backstop.
             let last = latest_decision(&mut tx, d.parked_id)
                 .await?
                 .ok_or_else(|| corrupt("a decision round taken by nothing"))?;
             return Ok(Decided::Conflict(last));
         }
-        let applied = match d.action {
-            ReviewAction::Reconcile => reconcile_in(&mut tx, d, attempt).await?,
-            ReviewAction::ResumePoll | ReviewAction::RetryDelivery => {
-                requeue_in(&mut tx, d, job).await?
-            }
-            ReviewAction::AcceptFailure if job_status == JobStatus::Cancelled => {
-                close_cancelled_in(&mut tx, d, job).await?
-            }
-            ReviewAction::AcceptFailure | ReviewAction::NewAttempt => {
-                end_in(&mut tx, d, job, new_job, exposure).await?
-            }
-        };
-        let Ok(n) = applied else {
-            return Ok(Decided::Stale(applied.unwrap_err()));
-        };
-        statements += n;
+        match self.apply_decision(&mut tx, d, &locked, exposure).await? {
+            Ok(n) => statements += n,
+            Err(why) => return Ok(Decided::Stale(why)),
+        }
         let decision = latest_decision(&mut tx, d.parked_id)
             .await?
             .ok_or_else(|| corrupt("a decision that was not written"))?;
-        let detail = decision_detail(d, &decision.reviewer_email, round);
-        insert_event(&mut tx, job, "decision", &detail, d.decided_at).await?;
+        let detail = decision_detail(d, &decision.reviewer_email, locked.round);
+        insert_event(&mut tx, locked.job, "decision", &detail, d.decided_at).await?;
         tx.commit().await?;
         self.committed(Purpose::Other, statements + 2);
         Ok(Decided::Created(decision))
+    }
+
+    /// What the decision does to the job, its attempts and its record.
+    async fn apply_decision(
+        &self,
+        conn: &mut Conn,
+        d: &NewDecision,
+        locked: &LockedRecord,
+        exposure: crate::model::Usd,
+    ) -> StoreResult<AppliedDecision> {
+        let job = locked.job;
+        match &d.remedy {
+            Remedy::Reconcile {
+                provider_job_id,
+                evidence,
+            } => reconcile_in(conn, d, locked.attempt, provider_job_id, evidence).await,
+            Remedy::ResumePoll { .. } | Remedy::RetryDelivery => requeue_in(conn, d, job).await,
+            Remedy::AcceptFailure { .. } if locked.job_status == JobStatus::Cancelled => {
+                close_cancelled_in(conn, d, job).await
+            }
+            Remedy::AcceptFailure { .. } | Remedy::NewAttempt { .. } => {
+                end_in(conn, self.envelope, d, job, exposure).await
+            }
+        }
     }
 
     /// A reviewer's note: evidence on the job's timeline, not a decision.
@@ -328,16 +287,105 @@ impl Backend {
     }
 }
 
+/// A parked record and its job, locked for a decision.
+struct LockedRecord {
+    job: JobId,
+    job_status: JobStatus,
+    stage: ParkedStage,
+    state: ParkedState,
+    round: i32,
+    attempt: Option<uuid::Uuid>,
+}
+
+/// Locks the job's row, then the record's: the order every claim, park and
+/// cancel takes them in (the job's update, then its triggers' update of the
+/// record), so a decision racing a cancel waits instead of deadlocking.
+async fn lock_for_decision(conn: &mut Conn, parked: ParkedId) -> StoreResult<LockedRecord> {
+    let job_status: Option<String> = sqlx::query_scalar(concat!(
+        "SELECT status FROM jobs WHERE id = (SELECT job_id FROM parked WHERE id = $1) ",
+        for_update!()
+    ))
+    .bind(parked.0)
+    .fetch_optional(&mut *conn)
+    .await?;
+    let job_status = job_status.ok_or(StoreError::NotFound)?;
+    let row = sqlx::query(concat!(
+        "SELECT job_id, stage, state, round, attempt_id FROM parked WHERE id = $1 ",
+        for_update!()
+    ))
+    .bind(parked.0)
+    .fetch_optional(&mut *conn)
+    .await?
+    .ok_or(StoreError::NotFound)?;
+    let stage: String = row.try_get("stage")?;
+    let state: String = row.try_get("state")?;
+    Ok(LockedRecord {
+        job: JobId(row.try_get("job_id")?),
+        job_status: JobStatus::parse(&job_status).ok_or_else(|| corrupt(&job_status))?,
+        stage: ParkedStage::parse(&stage).ok_or_else(|| corrupt(&stage))?,
+        state: ParkedState::parse(&state).ok_or_else(|| corrupt(&state))?,
+        round: row.try_get("round")?,
+        attempt: row.try_get("attempt_id")?,
+    })
+}
+
+/// The answer when the record's round is already decided, or closed.
+/// An open record has no decision in its round yet: a reconcile or a
+/// failed recovery moved it to the next. A reconcile sent again is answered
+/// with the first; a recovery that failed may be decided anew.
+async fn answered_already(
+    conn: &mut Conn,
+    locked: &LockedRecord,
+    d: &NewDecision,
+) -> StoreResult<Option<Decided>> {
+    Ok(
+        match (locked.state, latest_decision(conn, d.parked_id).await?) {
+            (ParkedState::Open, Some(last))
+                if last.action == ReviewAction::Reconcile && d.remedy.is_recorded_as(&last) =>
+            {
+                Some(Decided::Existing(last))
+            }
+            (ParkedState::Open, _) => None,
+            (_, Some(last)) if d.remedy.is_recorded_as(&last) => Some(Decided::Existing(last)),
+            (_, Some(last)) => Some(Decided::Conflict(last)),
+            (_, None) => Some(Decided::Closed),
+        },
+    )
+}
+
+/// A new attempt's job: the original's request and price, no idempotency
+/// key, and `replaces` naming the original.
+async fn insert_new_attempt_job(
+    conn: &mut Conn,
+    new_job: JobId,
+    original: JobId,
+    at: DateTime<Utc>,
+) -> StoreResult<()> {
+    sqlx::query(
+        "INSERT INTO jobs (id, user_id, kind, status, request, request_sha256, idempotency_key, \
+         credits, estimated_usd, created_at, replaces) \
+         SELECT $1, user_id, kind, 'queued', request, request_sha256, NULL, credits, estimated_usd, $2, id \
+         FROM jobs WHERE id = $3",
+    )
+    .bind(new_job.0)
+    .bind(at)
+    .bind(original.0)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
 /// The decision's row under the record's round; false when the round was
 /// taken (the unique index's backstop).
 async fn insert_decision(
     conn: &mut Conn,
     d: &NewDecision,
     round: i32,
-    new_job: Option<JobId>,
     exposure: crate::model::Usd,
 ) -> StoreResult<bool> {
-    let recovery_state = d.action.is_recovery().then_some(RecoveryState::Pending);
+    let action = d.remedy.action();
+    let new_job = d.remedy.new_job();
+    let recovery_state = action.is_recovery().then_some(RecoveryState::Pending);
     let inserted = sqlx::query(
         "INSERT INTO parked_decisions (id, parked_id, round, action, evidence, reviewer, decided_at, \
          refund, release_hold, provider_job_id, new_job_id, duplicate_cost_usd, recovery_state, \
@@ -347,17 +395,17 @@ async fn insert_decision(
     .bind(d.id.0)
     .bind(d.parked_id.0)
     .bind(round)
-    .bind(d.action.as_str())
+    .bind(action.as_str())
     .bind(scrub::text(&d.evidence))
     .bind(d.reviewer.0)
     .bind(d.decided_at)
-    .bind(d.refund)
-    .bind(d.release_hold)
-    .bind(&d.provider_job_id)
+    .bind(d.remedy.refund())
+    .bind(d.remedy.release_hold())
+    .bind(d.remedy.provider_job_id())
     .bind(new_job.map(|n| n.0))
     .bind(new_job.map(|_| exposure))
     .bind(recovery_state.map(RecoveryState::as_str))
-    .bind(d.recovery_deadline)
+    .bind(d.remedy.recovery_deadline())
     .execute(conn)
     .await?;
     Ok(inserted.rows_affected() == 1)
@@ -373,8 +421,9 @@ async fn reconcile_in(
     conn: &mut Conn,
     d: &NewDecision,
     attempt: Option<uuid::Uuid>,
+    id: &str,
+    evidence: &serde_json::Value,
 ) -> StoreResult<AppliedDecision> {
-    let id = d.provider_job_id.as_deref().unwrap_or_default();
     let moved = sqlx::query(
         "UPDATE attempts SET state = 'submitted', provider_job_id = $2 \
          WHERE id = $1 AND state = 'submitting'",
@@ -395,7 +444,7 @@ async fn reconcile_in(
     .bind(d.parked_id.0)
     .bind(id)
     .bind(d.decided_at)
-    .bind(d.reconciled_evidence.as_ref().map(|e| Json(scrub::json(e))))
+    .bind(Json(scrub::json(evidence)))
     .execute(&mut *conn)
     .await?;
     Ok(Ok(2))
@@ -442,7 +491,7 @@ async fn abandon_open_attempts(conn: &mut Conn, d: &NewDecision, job: JobId) -> 
     .bind(d.decided_at)
     .execute(&mut *conn)
     .await?;
-    if d.release_hold != Some(true) {
+    if d.remedy.release_hold() != Some(true) {
         return Ok(1);
     }
     sqlx::query(
@@ -494,11 +543,12 @@ async fn close_cancelled_in(
 /// the record), the outbox, the refund, and a new attempt's charge.
 async fn end_in(
     conn: &mut Conn,
+    envelope: crate::store::EnvelopeWriter,
     d: &NewDecision,
     job: JobId,
-    new_job: Option<JobId>,
     exposure: crate::model::Usd,
 ) -> StoreResult<AppliedDecision> {
+    let new_job = d.remedy.new_job();
     let mut statements = abandon_open_attempts(conn, d, job).await?;
     let sql = format!(
         "UPDATE jobs SET status = 'failed', error = $2, completed_at = $3 \
@@ -506,7 +556,7 @@ async fn end_in(
     );
     let ended = sqlx::query(&sql)
         .bind(job.0)
-        .bind(Json(d.failure.clone().unwrap_or_default()))
+        .bind(Json(d.remedy.failure().cloned().unwrap_or_default()))
         .bind(d.decided_at)
         .fetch_optional(&mut *conn)
         .await?;
@@ -515,11 +565,12 @@ async fn end_in(
     };
     statements += 1;
     // Rule 13: the failure is announced in the same transaction.
-    statements += super::webhooks::write_outbox(conn, &job_from_row(&ended)?, d.decided_at).await?;
+    statements +=
+        super::within::write_outbox(conn, envelope, &job_from_row(&ended)?, d.decided_at).await?;
     // new_attempt: the original is refunded and the new job charged the
     // same, so the person pays once.
-    if d.refund == Some(true) || new_job.is_some() {
-        super::jobs::refund_in(conn, job, d.decided_at).await?;
+    if d.remedy.refund() == Some(true) || new_job.is_some() {
+        super::within::refund_in(conn, job, d.decided_at).await?;
         statements += 2;
     }
     if let Some(n) = new_job {
@@ -567,19 +618,19 @@ async fn charge_new_attempt_in(
 /// what evidence (the owner's view of the timeline keeps only the action).
 fn decision_detail(d: &NewDecision, reviewer: &Email, round: i32) -> serde_json::Value {
     let mut detail = serde_json::json!({
-        "action": d.action.as_str(),
+        "action": d.remedy.action().as_str(),
         "reviewer": reviewer.as_str(),
         "evidence": scrub::text(&d.evidence),
         "round": round,
     });
-    if let Some(r) = d.refund {
+    if let Some(r) = d.remedy.refund() {
         detail["refund"] = r.into();
     }
-    if let Some(r) = d.release_hold {
+    if let Some(r) = d.remedy.release_hold() {
         detail["release_hold"] = r.into();
     }
-    if let Some(id) = &d.provider_job_id {
-        detail["provider_job_id"] = id.as_str().into();
+    if let Some(id) = d.remedy.provider_job_id() {
+        detail["provider_job_id"] = id.into();
     }
     detail
 }
@@ -593,15 +644,6 @@ async fn latest_decision(conn: &mut Conn, parked: ParkedId) -> StoreResult<Optio
         .fetch_optional(conn)
         .await?;
     row.as_ref().map(decision_from_row).transpose()
-}
-
-/// The same decision: the same action with the same parameters (its
-/// evidence text is commentary, and may differ).
-fn same_decision(last: &Decision, d: &NewDecision) -> bool {
-    last.action == d.action
-        && last.refund == d.refund
-        && last.release_hold == d.release_hold
-        && last.provider_job_id == d.provider_job_id
 }
 
 async fn insert_event(

@@ -97,68 +97,43 @@ impl Backend {
     /// Attempts by day, filtered, oldest first, a page at a time; each with
     /// its owner's email and its job's state.
     pub async fn list_attempts(&self, f: &AttemptFilter) -> StoreResult<Vec<AttemptListed>> {
-        let mut sql = format!(
+        let mut q = sqlx::QueryBuilder::<Db>::new(format!(
             "SELECT {LISTED_COLUMNS}{}) AS lease_expired FROM attempts a \
              JOIN jobs j ON j.id = a.job_id JOIN users u ON u.id = j.user_id WHERE a.budget_day IS NOT NULL",
             now!()
-        );
-        let mut n = 0;
-        let mut next = || {
-            n += 1;
-            n
-        };
-        if f.from.is_some() {
-            sql += &format!(" AND a.budget_day >= ${}", next());
-        }
-        if f.to.is_some() {
-            sql += &format!(" AND a.budget_day <= ${}", next());
-        }
-        if f.unpriced_only {
-            sql += " AND a.cost_usd IS NULL AND a.state IN ('succeeded', 'failed')";
-        }
-        if f.holding_only {
-            sql += " AND a.hold_usd IS NOT NULL AND a.settled_usd IS NULL";
-        }
-        if f.model.is_some() {
-            sql += &format!(" AND a.model = ${}", next());
-        }
-        if f.error_class.is_some() {
-            sql += &format!(" AND a.error_class = ${}", next());
-        }
-        if f.state.is_some() {
-            sql += &format!(" AND a.state = ${}", next());
-        }
-        if f.after.is_some() {
-            let (d, t, i) = (next(), next(), next());
-            sql += &format!(
-                " AND (a.budget_day > ${d} OR (a.budget_day = ${d} AND (a.started_at > ${t} \
-                 OR (a.started_at = ${t} AND a.id > ${i}))))"
-            );
-        }
-        sql += &format!(
-            " ORDER BY a.budget_day, a.started_at, a.id LIMIT ${}",
-            next()
-        );
-        let mut q = sqlx::query(&sql);
+        ));
         if let Some(d) = f.from {
-            q = q.bind(d);
+            q.push(" AND a.budget_day >= ").push_bind(d);
         }
         if let Some(d) = f.to {
-            q = q.bind(d);
+            q.push(" AND a.budget_day <= ").push_bind(d);
+        }
+        if f.unpriced_only {
+            q.push(" AND a.cost_usd IS NULL AND a.state IN ('succeeded', 'failed')");
+        }
+        if f.holding_only {
+            q.push(" AND a.hold_usd IS NOT NULL AND a.settled_usd IS NULL");
         }
         if let Some(m) = &f.model {
-            q = q.bind(m);
+            q.push(" AND a.model = ").push_bind(m.clone());
         }
         if let Some(c) = &f.error_class {
-            q = q.bind(c);
+            q.push(" AND a.error_class = ").push_bind(c.clone());
         }
-        if let Some(s) = f.state {
-            q = q.bind(s.as_str());
+        if let Some(state) = f.state {
+            q.push(" AND a.state = ").push_bind(state.as_str());
         }
+        // After the cursor in (day, started_at, id) order.
         if let Some((d, t, i)) = f.after {
-            q = q.bind(d).bind(t).bind(i.0);
+            q.push(" AND (a.budget_day > ").push_bind(d);
+            q.push(" OR (a.budget_day = ").push_bind(d);
+            q.push(" AND (a.started_at > ").push_bind(t);
+            q.push(" OR (a.started_at = ").push_bind(t);
+            q.push(" AND a.id > ").push_bind(i.0).push("))))");
         }
-        let rows = q.bind(f.limit).fetch_all(&self.reader).await?;
+        q.push(" ORDER BY a.budget_day, a.started_at, a.id LIMIT ")
+            .push_bind(f.limit);
+        let rows = q.build().fetch_all(&self.reader).await?;
         rows.iter()
             .map(|r| {
                 let status: String = r.try_get("job_status")?;

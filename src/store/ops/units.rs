@@ -111,171 +111,219 @@ impl Backend {
         // by kind, one statement per kind. A unit's own steps keep their
         // order; different units' steps touch different jobs.
         loop {
-            let mut phase = Phase::default();
-            for (i, g) in going.iter_mut().enumerate() {
-                if g.ended.is_some() {
-                    continue;
-                }
-                // Events take no statement: they go in with the batch's last.
-                while let Some(Step::Op(Op::Event { kind, detail })) = g.steps.get(g.next) {
-                    g.events.push(Event {
-                        job: g.unit.job,
-                        kind: kind.clone(),
-                        detail: detail.clone(),
-                    });
-                    g.next += 1;
-                }
-                let Some(step) = g.steps.get(g.next).copied() else {
-                    continue;
-                };
-                let (job, token) = (g.unit.job, g.unit.token);
-                match step {
-                    Step::Op(Op::Progress(p)) => phase.progress.push((i, job, token, p)),
-                    Step::Op(Op::BeginAttempt(a)) => phase.begin.push((i, token, a)),
-                    Step::Op(Op::Submitted {
-                        attempt,
-                        provider_job_id,
-                    }) => phase
-                        .submitted
-                        .push((i, job, token, *attempt, provider_job_id)),
-                    Step::Op(Op::EndAttempt { attempt, outcome }) => {
-                        phase.ended.push((i, job, token, *attempt, outcome))
-                    }
-                    Step::End(
-                        Op::Finish(Finish::Succeeded {
-                            output_key,
-                            content_type,
-                            review,
-                            lineage,
-                        }),
-                        progress,
-                    ) => phase.succeeded.push(Succeeded {
-                        unit: i,
-                        job,
-                        token,
-                        output_key,
-                        content_type,
-                        review: review.as_ref(),
-                        lineage: *lineage,
-                        progress,
-                    }),
-                    _ => phase.one_by_one.push(i),
-                }
-            }
+            let phase = next_phase(&mut going);
             if phase.is_empty() {
                 break;
             }
-            let mut moved = vec![false; going.len()];
-            if !phase.progress.is_empty() {
-                let rows: Vec<_> = phase.progress.iter().map(|r| (r.1, r.2, r.3)).collect();
-                let took = progress_many(&mut tx, &rows, &mut statements).await?;
-                for (i, job, ..) in &phase.progress {
-                    moved[*i] = took.contains(&job.0);
-                }
-            }
-            if !phase.begin.is_empty() {
-                let rows: Vec<_> = phase.begin.iter().map(|r| (r.1, r.2)).collect();
-                let took = begin_many(&mut tx, &rows, &mut statements).await?;
-                for (i, _, a) in &phase.begin {
-                    if took.contains(&a.id.0) {
-                        moved[*i] = true;
-                    } else {
-                        // The day is halted or its cap too close: this op
-                        // and the ones after it write nothing (rule 11).
-                        going[*i].ended = Some(Applied::Refused);
-                    }
-                }
-            }
-            if !phase.submitted.is_empty() {
-                let rows: Vec<_> = phase
-                    .submitted
-                    .iter()
-                    .map(|r| (r.1, r.2, r.3, r.4.as_str()))
-                    .collect();
-                submitted_many(&mut tx, &rows, &mut statements).await?;
-                // One not updated is a repeat: it is past `submitting`.
-                for (i, ..) in &phase.submitted {
-                    moved[*i] = true;
-                }
-            }
-            if !phase.ended.is_empty() {
-                let rows: Vec<_> = phase.ended.iter().map(|r| (r.1, r.2, r.3, r.4)).collect();
-                let took = end_many(&mut tx, &rows, &mut statements).await?;
-                for (i, job, token, attempt, outcome) in &phase.ended {
-                    if !took.contains(&attempt.0) {
-                        // Rule 10: a repeated report leaves outcome and
-                        // timing alone and only fills in what was unknown.
-                        statements += 1;
-                        refresh_telemetry(&mut tx, *job, *token, *attempt, outcome).await?;
-                    }
-                    moved[*i] = true;
-                }
-            }
-            if !phase.succeeded.is_empty() {
-                let ended = succeeded_many(&mut tx, &phase.succeeded, &mut statements).await?;
-                for s in &phase.succeeded {
-                    if let Some(job) = ended.iter().find(|j| j.id == s.job) {
-                        if let Some(effect) = s.lineage {
-                            statements +=
-                                super::lineage::end_repair_in(&mut tx, job, effect, Utc::now())
-                                    .await?;
-                        }
-                        going[s.unit].stored = Some(Box::new(job.clone()));
-                        moved[s.unit] = true;
-                    }
-                }
-            }
-            for i in phase.one_by_one {
-                let g = &mut going[i];
-                let step = g.steps[g.next];
-                if let Some(stored) =
-                    apply_one_by_one(&mut tx, g.unit, step, &mut g.events, &mut statements).await?
-                {
-                    if let Some(job) = stored {
-                        g.stored = Some(Box::new(job));
-                    }
-                    moved[i] = true;
-                }
-            }
-            for (i, g) in going.iter_mut().enumerate() {
-                if g.ended.is_some() || g.next >= g.steps.len() {
-                    continue;
-                }
-                if moved[i] {
-                    g.next += 1;
-                    g.wrote = true;
-                } else if g.wrote {
-                    // The token moved after the unit had written (it cannot
-                    // while its row is locked): apply the batch again without it.
-                    return Ok(Batch::Redo(i));
-                } else {
-                    g.ended = Some(Applied::Stale);
-                }
+            let moved = apply_phase(&mut tx, phase, &mut going, &mut statements).await?;
+            if let Some(redo) = advance(&mut going, &moved) {
+                return Ok(Batch::Redo(redo));
             }
         }
         // Rule 13: what the ended jobs announce goes in the same transaction.
         let ended: Vec<&Job> = going.iter().filter_map(|g| g.stored.as_deref()).collect();
-        statements += super::webhooks::write_outbox_many(&mut tx, &ended, Utc::now()).await?;
-        let mut events = Vec::new();
-        let mut applied = Vec::with_capacity(going.len());
-        for g in going {
-            match g.ended {
-                Some(Applied::Stale) => applied.push(Applied::Stale),
-                Some(a) => {
-                    events.extend(g.events);
-                    applied.push(a);
-                }
-                None => {
-                    events.extend(g.events);
-                    applied.push(Applied::Done(g.stored));
-                }
-            }
-        }
+        statements +=
+            super::within::write_outbox_many(&mut tx, self.envelope, &ended, Utc::now()).await?;
+        let (events, applied) = settle(going);
         statements += insert_events(&mut tx, &events).await?;
         tx.commit().await?;
         self.committed(Purpose::Units, statements);
         Ok(Batch::Committed(applied))
     }
+}
+
+/// The next step of every unit still going, grouped by kind. Events take
+/// no statement: they go in with the batch's last.
+fn next_phase<'a>(going: &mut [Going<'a>]) -> Phase<'a> {
+    let mut phase = Phase::default();
+    for (i, g) in going.iter_mut().enumerate() {
+        if g.ended.is_some() {
+            continue;
+        }
+        // Events take no statement: they go in with the batch's last.
+        while let Some(Step::Op(Op::Event { kind, detail })) = g.steps.get(g.next) {
+            g.events.push(Event {
+                job: g.unit.job,
+                kind: kind.clone(),
+                detail: detail.clone(),
+            });
+            g.next += 1;
+        }
+        let Some(step) = g.steps.get(g.next).copied() else {
+            continue;
+        };
+        let (job, token) = (g.unit.job, g.unit.token);
+        match step {
+            Step::Op(Op::Progress(p)) => phase.progress.push((i, job, token, p)),
+            Step::Op(Op::BeginAttempt(a)) => phase.begin.push((i, token, a)),
+            Step::Op(Op::Submitted {
+                attempt,
+                provider_job_id,
+            }) => phase
+                .submitted
+                .push((i, job, token, *attempt, provider_job_id)),
+            Step::Op(Op::EndAttempt { attempt, outcome }) => {
+                phase.ended.push((i, job, token, *attempt, outcome))
+            }
+            Step::End(
+                Op::Finish(Finish::Succeeded {
+                    output_key,
+                    content_type,
+                    review,
+                    lineage,
+                }),
+                progress,
+            ) => phase.succeeded.push(Succeeded {
+                unit: i,
+                job,
+                token,
+                output_key,
+                content_type,
+                review: review.as_ref(),
+                lineage: *lineage,
+                progress,
+            }),
+            _ => phase.one_by_one.push(i),
+        }
+    }
+    phase
+}
+
+/// Writes one phase, one statement per kind of step; which units moved
+/// (a unit whose fence moved, or whose reservation was refused, did not).
+async fn apply_phase(
+    tx: &mut Conn,
+    phase: Phase<'_>,
+    going: &mut [Going<'_>],
+    statements: &mut u64,
+) -> StoreResult<Vec<bool>> {
+    let mut moved = vec![false; going.len()];
+    if !phase.progress.is_empty() {
+        let rows: Vec<_> = phase.progress.iter().map(|r| (r.1, r.2, r.3)).collect();
+        let took = progress_many(&mut *tx, &rows, statements).await?;
+        for (i, job, ..) in &phase.progress {
+            moved[*i] = took.contains(&job.0);
+        }
+    }
+    if !phase.begin.is_empty() {
+        let rows: Vec<_> = phase.begin.iter().map(|r| (r.1, r.2)).collect();
+        let took = begin_many(&mut *tx, &rows, statements).await?;
+        for (i, _, a) in &phase.begin {
+            if took.contains(&a.id.0) {
+                moved[*i] = true;
+            } else {
+                // The day is halted or its cap too close: this op
+                // and the ones after it write nothing (rule 11).
+                going[*i].ended = Some(Applied::Refused);
+            }
+        }
+    }
+    if !phase.submitted.is_empty() {
+        let rows: Vec<_> = phase
+            .submitted
+            .iter()
+            .map(|r| (r.1, r.2, r.3, r.4.as_str()))
+            .collect();
+        submitted_many(&mut *tx, &rows, statements).await?;
+        // One not updated is a repeat: it is past `submitting`.
+        for (i, ..) in &phase.submitted {
+            moved[*i] = true;
+        }
+    }
+    if !phase.ended.is_empty() {
+        let rows: Vec<_> = phase.ended.iter().map(|r| (r.1, r.2, r.3, r.4)).collect();
+        let took = end_many(&mut *tx, &rows, statements).await?;
+        for (i, job, token, attempt, outcome) in &phase.ended {
+            if !took.contains(&attempt.0) {
+                // Rule 10: a repeated report leaves outcome and
+                // timing alone and only fills in what was unknown.
+                *statements += 1;
+                refresh_telemetry(&mut *tx, *job, *token, *attempt, outcome).await?;
+            }
+            moved[*i] = true;
+        }
+    }
+    if !phase.succeeded.is_empty() {
+        apply_successes(tx, &phase.succeeded, going, &mut moved, statements).await?;
+    }
+    for i in phase.one_by_one {
+        let g = &mut going[i];
+        let step = g.steps[g.next];
+        if let Some(stored) =
+            apply_one_by_one(&mut *tx, g.unit, step, &mut g.events, statements).await?
+        {
+            if let Some(job) = stored {
+                g.stored = Some(Box::new(job));
+            }
+            moved[i] = true;
+        }
+    }
+    Ok(moved)
+}
+
+/// The phase's terminal successes in one statement (rule 9: the first
+/// terminal write wins); a repair's success moves its lineage too.
+async fn apply_successes(
+    tx: &mut Conn,
+    succeeded: &[Succeeded<'_>],
+    going: &mut [Going<'_>],
+    moved: &mut [bool],
+    statements: &mut u64,
+) -> StoreResult<()> {
+    let ended = succeeded_many(&mut *tx, succeeded, statements).await?;
+    for s in succeeded {
+        if let Some(job) = ended.iter().find(|j| j.id == s.job) {
+            if let Some(effect) = s.lineage {
+                *statements +=
+                    super::within::end_repair_in(&mut *tx, job, effect, Utc::now()).await?;
+            }
+            going[s.unit].stored = Some(Box::new(job.clone()));
+            moved[s.unit] = true;
+        }
+    }
+    Ok(())
+}
+
+/// Moves every unit that wrote to its next step, and ends one that did not
+/// (stale). Some(unit) when a unit that had written lost its fence: the
+/// batch is applied again without it.
+fn advance(going: &mut [Going<'_>], moved: &[bool]) -> Option<usize> {
+    for (i, g) in going.iter_mut().enumerate() {
+        if g.ended.is_some() || g.next >= g.steps.len() {
+            continue;
+        }
+        if moved[i] {
+            g.next += 1;
+            g.wrote = true;
+        } else if g.wrote {
+            // The token moved after the unit had written (it cannot
+            // while its row is locked): apply the batch again without it.
+            return Some(i);
+        } else {
+            g.ended = Some(Applied::Stale);
+        }
+    }
+    None
+}
+
+/// What each unit came to, and the events of those that were not stale.
+fn settle(going: Vec<Going<'_>>) -> (Vec<Event>, Vec<Applied>) {
+    let mut events = Vec::new();
+    let mut applied = Vec::with_capacity(going.len());
+    for g in going {
+        match g.ended {
+            Some(Applied::Stale) => applied.push(Applied::Stale),
+            Some(a) => {
+                events.extend(g.events);
+                applied.push(a);
+            }
+            None => {
+                events.extend(g.events);
+                applied.push(Applied::Done(g.stored));
+            }
+        }
+    }
+    (events, applied)
 }
 
 /// One step of a unit as a batch applies it: an op, or a terminal write or
@@ -447,6 +495,43 @@ async fn progress_many(
     ids(&out)
 }
 
+/// New attempts that hold part of their day's budget: admitted together
+/// only while the day is not halted and the running sum of their holds
+/// stays under its cap (rule 11), each under its run's fence.
+const WITH_HOLD: &str = concat!(
+    "INSERT INTO attempts (id, job_id, purpose, provider, endpoint, model, attempt_no, state, \
+     idempotency_key, started_at, hold_usd, budget_day) \
+     SELECT w.b_id, w.b_job, w.b_purpose, w.b_provider, w.b_endpoint, w.b_model, w.b_no, 'submitting', \
+     w.b_key, w.b_at, w.b_hold, b.day \
+     FROM (SELECT v.*, SUM(v.b_hold) OVER (PARTITION BY v.b_day ORDER BY v.b_ord) AS b_running FROM ",
+    rows!(
+        "$1" b_id, "$2" b_job, "$3" b_purpose, "$4" b_provider, "$5" b_endpoint, "$6" b_model,
+        "$7" b_no, "$8" b_key, "$9" b_at, "$10" b_token, "$11" b_hold, "$12" b_day, "$13" b_ord
+    ),
+    ") w JOIN budget_days b ON b.day = w.b_day \
+     WHERE NOT b.halted AND b.used_usd + b.reserved_usd + w.b_running <= b.cap_usd AND ",
+    fence!("w.b_job", "w.b_token"),
+    " ",
+    for_update_of!("b"),
+    " RETURNING id"
+);
+
+/// New attempts that hold nothing (checker calls priced at nothing),
+/// each under its run's fence.
+const WITHOUT_HOLD: &str = concat!(
+    "INSERT INTO attempts (id, job_id, purpose, provider, endpoint, model, attempt_no, state, \
+     idempotency_key, started_at) \
+     SELECT v.b_id, v.b_job, v.b_purpose, v.b_provider, v.b_endpoint, v.b_model, v.b_no, 'submitting', \
+     v.b_key, v.b_at FROM ",
+    rows!(
+        "$1" b_id, "$2" b_job, "$3" b_purpose, "$4" b_provider, "$5" b_endpoint, "$6" b_model,
+        "$7" b_no, "$8" b_key, "$9" b_at, "$10" b_token
+    ),
+    " WHERE ",
+    fence!("v.b_job", "v.b_token"),
+    " RETURNING id"
+);
+
 /// Rules 7 and 11 in one statement per kind: an attempt is written only
 /// while its run holds the job and, when it holds budget, only while its day
 /// is not halted and the day's used and reserved amounts, plus this hold and
@@ -459,36 +544,6 @@ async fn begin_many(
     rows: &[(i64, &NewAttempt)],
     statements: &mut u64,
 ) -> StoreResult<std::collections::HashSet<uuid::Uuid>> {
-    const WITH_HOLD: &str = concat!(
-        "INSERT INTO attempts (id, job_id, purpose, provider, endpoint, model, attempt_no, state, \
-         idempotency_key, started_at, hold_usd, budget_day) \
-         SELECT w.b_id, w.b_job, w.b_purpose, w.b_provider, w.b_endpoint, w.b_model, w.b_no, 'submitting', \
-         w.b_key, w.b_at, w.b_hold, b.day \
-         FROM (SELECT v.*, SUM(v.b_hold) OVER (PARTITION BY v.b_day ORDER BY v.b_ord) AS b_running FROM ",
-        rows!(
-            "$1" b_id, "$2" b_job, "$3" b_purpose, "$4" b_provider, "$5" b_endpoint, "$6" b_model,
-            "$7" b_no, "$8" b_key, "$9" b_at, "$10" b_token, "$11" b_hold, "$12" b_day, "$13" b_ord
-        ),
-        ") w JOIN budget_days b ON b.day = w.b_day \
-         WHERE NOT b.halted AND b.used_usd + b.reserved_usd + w.b_running <= b.cap_usd AND ",
-        fence!("w.b_job", "w.b_token"),
-        " ",
-        for_update_of!("b"),
-        " RETURNING id"
-    );
-    const WITHOUT_HOLD: &str = concat!(
-        "INSERT INTO attempts (id, job_id, purpose, provider, endpoint, model, attempt_no, state, \
-         idempotency_key, started_at) \
-         SELECT v.b_id, v.b_job, v.b_purpose, v.b_provider, v.b_endpoint, v.b_model, v.b_no, 'submitting', \
-         v.b_key, v.b_at FROM ",
-        rows!(
-            "$1" b_id, "$2" b_job, "$3" b_purpose, "$4" b_provider, "$5" b_endpoint, "$6" b_model,
-            "$7" b_no, "$8" b_key, "$9" b_at, "$10" b_token
-        ),
-        " WHERE ",
-        fence!("v.b_job", "v.b_token"),
-        " RETURNING id"
-    );
     let (held, free): (Vec<_>, Vec<_>) = rows.iter().copied().partition(|r| r.1.hold.is_some());
     let mut took = std::collections::HashSet::new();
     if !free.is_empty() {
@@ -510,7 +565,23 @@ async fn begin_many(
     }
     // The day's first hold makes its row (or finds it just made by another
     // transaction), then what was refused tries once more.
-    let mut days: Vec<&Hold> = refused.iter().filter_map(|r| r.1.hold.as_ref()).collect();
+    let holds: Vec<&Hold> = refused.iter().filter_map(|r| r.1.hold.as_ref()).collect();
+    ensure_budget_days_in(conn, holds, statements).await?;
+    // One at a time, in order: exactly what applying the units one by one
+    // would admit (a smaller hold after a refused one may still fit). Only
+    // a day at its cap or halted gets here.
+    for r in refused {
+        took.extend(begin_holding(conn, WITH_HOLD, &[r], statements).await?);
+    }
+    Ok(took)
+}
+
+/// Each day these holds fall on has its row, at its default cap.
+async fn ensure_budget_days_in(
+    conn: &mut Conn,
+    mut days: Vec<&Hold>,
+    statements: &mut u64,
+) -> StoreResult<()> {
     days.sort_by_key(|h| h.day);
     days.dedup_by_key(|h| h.day);
     for hold in days {
@@ -523,13 +594,7 @@ async fn begin_many(
         .await?;
         *statements += 1;
     }
-    // One at a time, in order: exactly what applying the units one by one
-    // would admit (a smaller hold after a refused one may still fit). Only
-    // a day at its cap or halted gets here.
-    for r in refused {
-        took.extend(begin_holding(conn, WITH_HOLD, &[r], statements).await?);
-    }
-    Ok(took)
+    Ok(())
 }
 
 /// The columns every new attempt binds (`$1` to `$10`).
@@ -786,139 +851,176 @@ async fn end_job(
     let progress = progress.map(Json);
     let row = match op {
         Op::Finish(Finish::Failed(error)) => {
-            let sql = format!(
-                "UPDATE jobs SET status = 'failed', error = $3, completed_at = $4, lease_owner = NULL, \
-                 lease_expires_at = NULL, progress = COALESCE($5, progress) \
-                 WHERE id = $1 AND fencing_token = $2 AND status = 'running' RETURNING {JOB_COLUMNS}"
-            );
-            let Some(row) = sqlx::query(&sql)
-                .bind(job.0)
-                .bind(token)
-                .bind(Json(scrub::json(error)))
-                .bind(Utc::now())
-                .bind(progress)
-                .fetch_optional(&mut *conn)
-                .await?
-            else {
-                return Ok(None);
-            };
-            *statements += 2;
-            super::jobs::refund_in(conn, job, Utc::now()).await?;
-            row
+            fail_job_in(conn, job, token, error, progress, statements).await?
         }
-        Op::Park(p) => {
-            let sql = format!(
-                "UPDATE jobs SET status = 'parked', lease_owner = NULL, lease_expires_at = NULL, \
-                 progress = COALESCE($3, progress) \
-                 WHERE id = $1 AND fencing_token = $2 AND status = 'running' RETURNING {JOB_COLUMNS}"
-            );
-            let Some(row) = sqlx::query(&sql)
-                .bind(job.0)
-                .bind(token)
-                .bind(progress)
-                .fetch_optional(&mut *conn)
-                .await?
-            else {
-                return Ok(None);
-            };
-            *statements += 1;
-            let now = Utc::now();
-            // A recovery that parks again returns its record to the queue in
-            // the next round (its failure goes on the timeline); otherwise
-            // the job gets its one new record.
-            // Back to `submission_uncertain` (a resumed poll the provider
-            // answered "no such job"): the id it was checked under was
-            // wrong, so the record and its attempt forget it, and a
-            // reconcile can attach the right one.
-            if p.stage == ParkedStage::SubmissionUncertain {
-                if let Some(a) = p.attempt_id {
-                    sqlx::query(
-                        "UPDATE attempts SET state = 'submitting', provider_job_id = NULL \
-                         WHERE id = $1 AND job_id = $2 AND state = 'submitted'",
-                    )
-                    .bind(a.0)
-                    .bind(job.0)
-                    .execute(&mut *conn)
-                    .await?;
-                    *statements += 1;
-                }
-            }
-            let reopened = sqlx::query(
-                "UPDATE parked SET state = 'open', stage = $2, evidence = $3, \
-                 provider = COALESCE($4, provider), model = COALESCE($5, model), \
-                 provider_job_id = CASE WHEN $2 = 'submission_uncertain' THEN NULL \
-                                        ELSE COALESCE($6, provider_job_id) END, \
-                 attempt_id = COALESCE($7, attempt_id), \
-                 polls = polls + $8, deliveries = deliveries + $9, round = round + 1, updated_at = $10 \
-                 WHERE job_id = $1 AND state IN ('decided', 'recovering') RETURNING id, round",
-            )
-            .bind(job.0)
-            .bind(p.stage.as_str())
-            .bind(Json(scrub::json(&p.evidence)))
-            .bind(&p.provider)
-            .bind(&p.model)
-            .bind(&p.provider_job_id)
-            .bind(p.attempt_id.map(|a| a.0))
-            .bind(p.polls)
-            .bind(p.deliveries)
-            .bind(now)
-            .fetch_optional(&mut *conn)
-            .await?;
-            *statements += 1;
-            if let Some(r) = reopened {
-                let (parked, round): (uuid::Uuid, i32) = (r.try_get("id")?, r.try_get("round")?);
-                sqlx::query(
-                    "UPDATE parked_decisions SET recovery_state = 'failed', recovery_ended_at = $3 \
-                     WHERE parked_id = $1 AND round = $2 AND recovery_state IN ('pending', 'claimed')",
-                )
-                .bind(parked)
-                .bind(round - 1)
-                .bind(now)
-                .execute(&mut *conn)
-                .await?;
-                *statements += 1;
-                events.push(Event {
-                    job,
-                    kind: "recovery_failed".into(),
-                    detail: serde_json::json!({"stage": p.stage.as_str(), "reason": p.evidence["reason"]}),
-                });
-            } else {
-                sqlx::query(
-                    "INSERT INTO parked (id, job_id, stage, evidence, provider, model, provider_job_id, \
-                     attempt_id, polls, deliveries, created_at, updated_at) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11)",
-                )
-                .bind(uuid::Uuid::new_v4())
-                .bind(job.0)
-                .bind(p.stage.as_str())
-                .bind(Json(scrub::json(&p.evidence)))
-                .bind(&p.provider)
-                .bind(&p.model)
-                .bind(&p.provider_job_id)
-                .bind(p.attempt_id.map(|a| a.0))
-                .bind(p.polls)
-                .bind(p.deliveries)
-                .bind(now)
-                .execute(&mut *conn)
-                .await?;
-                *statements += 1;
-            }
-            // The timeline says why in words; the evidence is on the record.
-            let mut detail =
-                serde_json::json!({"stage": p.stage.as_str(), "reason": p.evidence["reason"]});
-            if let Some(id) = &p.provider_job_id {
-                detail["provider_job_id"] = serde_json::json!(id);
-            }
-            events.push(Event {
-                job,
-                kind: "parked".into(),
-                detail,
-            });
-            row
-        }
+        Op::Park(p) => park_job_in(conn, job, token, p, progress, events, statements).await?,
         _ => return Err(corrupt("a success ends its run in `succeeded_many`")),
     };
-    Ok(Some(job_from_row(&row)?))
+    row.as_ref().map(job_from_row).transpose()
+}
+
+/// A run's failure: the job's terminal write under its fence, and its
+/// refund in the same transaction (rule 3). `None` when the fence moved.
+async fn fail_job_in(
+    conn: &mut Conn,
+    job: JobId,
+    token: i64,
+    error: &serde_json::Value,
+    progress: Option<Json<&Progress>>,
+    statements: &mut u64,
+) -> StoreResult<Option<Row>> {
+    let sql = format!(
+        "UPDATE jobs SET status = 'failed', error = $3, completed_at = $4, lease_owner = NULL, \
+         lease_expires_at = NULL, progress = COALESCE($5, progress) \
+         WHERE id = $1 AND fencing_token = $2 AND status = 'running' RETURNING {JOB_COLUMNS}"
+    );
+    let Some(row) = sqlx::query(&sql)
+        .bind(job.0)
+        .bind(token)
+        .bind(Json(scrub::json(error)))
+        .bind(Utc::now())
+        .bind(progress)
+        .fetch_optional(&mut *conn)
+        .await?
+    else {
+        return Ok(None);
+    };
+    *statements += 2;
+    super::within::refund_in(conn, job, Utc::now()).await?;
+    Ok(Some(row))
+}
+
+/// A run that cannot know whether it was paid parks its job (rule 12):
+/// the job leaves the run under its fence, and the record and timeline say
+/// why. `None` when the fence moved.
+async fn park_job_in(
+    conn: &mut Conn,
+    job: JobId,
+    token: i64,
+    p: &NewParked,
+    progress: Option<Json<&Progress>>,
+    events: &mut Vec<Event>,
+    statements: &mut u64,
+) -> StoreResult<Option<Row>> {
+    let sql = format!(
+        "UPDATE jobs SET status = 'parked', lease_owner = NULL, lease_expires_at = NULL, \
+         progress = COALESCE($3, progress) \
+         WHERE id = $1 AND fencing_token = $2 AND status = 'running' RETURNING {JOB_COLUMNS}"
+    );
+    let Some(row) = sqlx::query(&sql)
+        .bind(job.0)
+        .bind(token)
+        .bind(progress)
+        .fetch_optional(&mut *conn)
+        .await?
+    else {
+        return Ok(None);
+    };
+    *statements += 1;
+    let now = Utc::now();
+    // Back to `submission_uncertain` (a resumed poll the provider
+    // answered "no such job"): the id it was checked under was
+    // wrong, so the record and its attempt forget it, and a
+    // reconcile can attach the right one.
+    if p.stage == ParkedStage::SubmissionUncertain {
+        if let Some(a) = p.attempt_id {
+            sqlx::query(
+                "UPDATE attempts SET state = 'submitting', provider_job_id = NULL \
+                 WHERE id = $1 AND job_id = $2 AND state = 'submitted'",
+            )
+            .bind(a.0)
+            .bind(job.0)
+            .execute(&mut *conn)
+            .await?;
+            *statements += 1;
+        }
+    }
+    park_record_in(conn, job, p, now, events, statements).await?;
+    // The timeline says why in words; the evidence is on the record.
+    let mut detail = serde_json::json!({"stage": p.stage.as_str(), "reason": p.evidence["reason"]});
+    if let Some(id) = &p.provider_job_id {
+        detail["provider_job_id"] = serde_json::json!(id);
+    }
+    events.push(Event {
+        job,
+        kind: "parked".into(),
+        detail,
+    });
+    Ok(Some(row))
+}
+
+/// A recovery that parks again returns its record to the queue in the
+/// next round (its failure goes on the timeline); otherwise the job gets
+/// its one new record.
+async fn park_record_in(
+    conn: &mut Conn,
+    job: JobId,
+    p: &NewParked,
+    now: chrono::DateTime<Utc>,
+    events: &mut Vec<Event>,
+    statements: &mut u64,
+) -> StoreResult<()> {
+    let reopened = sqlx::query(
+        "UPDATE parked SET state = 'open', stage = $2, evidence = $3, \
+         provider = COALESCE($4, provider), model = COALESCE($5, model), \
+         provider_job_id = CASE WHEN $2 = 'submission_uncertain' THEN NULL \
+                                ELSE COALESCE($6, provider_job_id) END, \
+         attempt_id = COALESCE($7, attempt_id), \
+         polls = polls + $8, deliveries = deliveries + $9, round = round + 1, updated_at = $10 \
+         WHERE job_id = $1 AND state IN ('decided', 'recovering') RETURNING id, round",
+    )
+    .bind(job.0)
+    .bind(p.stage.as_str())
+    .bind(Json(scrub::json(&p.evidence)))
+    .bind(&p.provider)
+    .bind(&p.model)
+    .bind(&p.provider_job_id)
+    .bind(p.attempt_id.map(|a| a.0))
+    .bind(p.polls)
+    .bind(p.deliveries)
+    .bind(now)
+    .fetch_optional(&mut *conn)
+    .await?;
+    *statements += 1;
+    if let Some(r) = reopened {
+        let (parked, round): (uuid::Uuid, i32) = (r.try_get("id")?, r.try_get("round")?);
+        sqlx::query(
+            "UPDATE parked_decisions SET recovery_state = 'failed', recovery_ended_at = $3 \
+             WHERE parked_id = $1 AND round = $2 AND recovery_state IN ('pending', 'claimed')",
+        )
+        .bind(parked)
+        .bind(round - 1)
+        .bind(now)
+        .execute(&mut *conn)
+        .await?;
+        *statements += 1;
+        events.push(Event {
+            job,
+            kind: "recovery_failed".into(),
+            detail: serde_json::json!({"stage": p.stage.as_str(), "reason": p.evidence["reason"]}),
+        });
+    } else {
+        sqlx::query(
+            "INSERT INTO parked (id, job_id, stage, evidence, provider, model, provider_job_id, \
+             attempt_id, polls, deliveries, created_at, updated_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11)",
+        )
+        .bind(uuid::Uuid::new_v4())
+        .bind(job.0)
+        .bind(p.stage.as_str())
+        .bind(Json(scrub::json(&p.evidence)))
+        .bind(&p.provider)
+        .bind(&p.model)
+        .bind(&p.provider_job_id)
+        .bind(p.attempt_id.map(|a| a.0))
+        .bind(p.polls)
+        .bind(p.deliveries)
+        .bind(now)
+        .execute(&mut *conn)
+        .await?;
+        *statements += 1;
+    }
+    Ok(())
 }
 
 /// The batch's explicit events, a few hundred rows a statement. Returns how

@@ -74,120 +74,6 @@ fn delivery_from_row(r: &Row) -> StoreResult<Delivery> {
     })
 }
 
-/// Rule 13's outbox: the deliveries announcing `job`'s new state, written
-/// in the transaction that stored it, one per target (the owner's enabled
-/// endpoints that want the event, and the job's own webhook_url), each
-/// under `<job>:<event>` and do-nothing-on-conflict: a re-run writes
-/// nothing new. The envelope is built from the job as stored, now, and is
-/// kept exactly. Returns how many statements it took.
-pub(super) async fn write_outbox(
-    conn: &mut Conn,
-    job: &Job,
-    at: DateTime<Utc>,
-) -> StoreResult<u64> {
-    write_outbox_many(conn, &[job], at).await
-}
-
-/// `write_outbox` for every job a batch ended: one look-up of their owners'
-/// endpoints, then each job's deliveries. Returns the statements it took.
-pub(super) async fn write_outbox_many(
-    conn: &mut Conn,
-    jobs: &[&Job],
-    at: DateTime<Utc>,
-) -> StoreResult<u64> {
-    let mut users: Vec<uuid::Uuid> = jobs
-        .iter()
-        .filter(|j| WebhookEvent::of(j.status).is_some())
-        .map(|j| j.user_id.0)
-        .collect();
-    users.sort_unstable();
-    users.dedup();
-    if users.is_empty() {
-        return Ok(0);
-    }
-    let marks: Vec<String> = (1..=users.len()).map(|i| format!("${i}")).collect();
-    let sql = format!(
-        "SELECT user_id, id, url, events FROM webhook_endpoints WHERE user_id IN ({}) \
-         AND disabled_at IS NULL AND deleted_at IS NULL",
-        marks.join(", ")
-    );
-    let mut q = sqlx::query_as(&sql).persistent(false);
-    for u in &users {
-        q = q.bind(u);
-    }
-    let endpoints: Vec<(uuid::Uuid, uuid::Uuid, String, String)> = q.fetch_all(&mut *conn).await?;
-    let mut statements = 1;
-    for job in jobs {
-        let Some(event) = WebhookEvent::of(job.status) else {
-            continue;
-        };
-        // `events` is stored as `,a,b,`: the event is one of them.
-        let wanted = format!(",{},", event.as_str());
-        let mine: Vec<(uuid::Uuid, String)> = endpoints
-            .iter()
-            .filter(|e| e.0 == job.user_id.0 && e.3.contains(&wanted))
-            .map(|e| (e.1, e.2.clone()))
-            .collect();
-        statements += write_deliveries(conn, job, event, mine, at).await?;
-    }
-    Ok(statements)
-}
-
-/// One ended job's deliveries, to its owner's `endpoints` and its own
-/// webhook URL. Returns the statements it took.
-async fn write_deliveries(
-    conn: &mut Conn,
-    job: &Job,
-    event: WebhookEvent,
-    endpoints: Vec<(uuid::Uuid, String)>,
-    at: DateTime<Utc>,
-) -> StoreResult<u64> {
-    let own = job.request.webhook_url().map(str::to_string);
-    if endpoints.is_empty() && own.is_none() {
-        return Ok(0);
-    }
-    let sql = format!(
-        "SELECT {ATTEMPT_COLUMNS} FROM attempts WHERE job_id = $1 ORDER BY started_at, attempt_no"
-    );
-    let attempts = sqlx::query(&sql)
-        .bind(job.id.0)
-        .fetch_all(&mut *conn)
-        .await?
-        .iter()
-        .map(attempt_from_row)
-        .collect::<StoreResult<Vec<_>>>()?;
-    let lineage = super::lineage::lineage_in(conn, job).await?;
-    let body = crate::webhooks::envelope(event, job, &attempts, lineage.as_ref(), at);
-    let webhook_id = format!("{}:{}", job.id, event.as_str());
-    let mut targets: Vec<(String, Option<uuid::Uuid>, String)> = endpoints
-        .into_iter()
-        .map(|(id, url)| (format!("endpoint:{id}"), Some(id), url))
-        .collect();
-    if let Some(url) = own {
-        targets.push(("job".into(), None, url));
-    }
-    for (target, endpoint, url) in &targets {
-        sqlx::query(
-            "INSERT INTO webhook_deliveries (id, webhook_id, target, endpoint_id, user_id, job_id, event, url, \
-             body, next_at, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10) \
-             ON CONFLICT (webhook_id, target) DO NOTHING",
-        )
-        .bind(uuid::Uuid::new_v4())
-        .bind(&webhook_id)
-        .bind(target)
-        .bind(endpoint)
-        .bind(job.user_id.0)
-        .bind(job.id.0)
-        .bind(event.as_str())
-        .bind(url)
-        .bind(&body)
-        .bind(at)
-        .execute(&mut *conn)
-        .await?;
-    }
-    Ok(2 + targets.len() as u64)
-}
-
 impl Backend {
     pub async fn insert_webhook_endpoint(
         &self,
@@ -493,45 +379,7 @@ impl Backend {
         };
         let mut statements = 1;
         if let Some(endpoint) = row.try_get::<Option<uuid::Uuid>, _>("endpoint_id")? {
-            statements += 1;
-            if matches!(outcome, DeliveryOutcome::Delivered { .. }) {
-                sqlx::query("UPDATE webhook_endpoints SET failing_since = NULL WHERE id = $1")
-                    .bind(endpoint)
-                    .execute(&mut *tx)
-                    .await?;
-            } else if status == Some(410) {
-                sqlx::query(
-                    "UPDATE webhook_endpoints SET disabled_at = $2, disabled_reason = $3 \
-                     WHERE id = $1 AND disabled_at IS NULL",
-                )
-                .bind(endpoint)
-                .bind(at)
-                .bind("the receiver answered 410 Gone: it asked not to be called again")
-                .execute(&mut *tx)
-                .await?;
-            } else {
-                sqlx::query(
-                    "UPDATE webhook_endpoints SET failing_since = COALESCE(failing_since, $2) WHERE id = $1",
-                )
-                .bind(endpoint)
-                .bind(at)
-                .execute(&mut *tx)
-                .await?;
-                sqlx::query(
-                    "UPDATE webhook_endpoints SET disabled_at = $2, disabled_reason = $3 \
-                     WHERE id = $1 AND disabled_at IS NULL AND failing_since < $4",
-                )
-                .bind(endpoint)
-                .bind(at)
-                .bind(format!(
-                    "every try failed for {FAILING_DAYS_MAX} days (last: {})",
-                    error.unwrap_or("no answer")
-                ))
-                .bind(at - chrono::Duration::days(FAILING_DAYS_MAX))
-                .execute(&mut *tx)
-                .await?;
-                statements += 1;
-            }
+            statements += endpoint_health_in(&mut tx, endpoint, outcome, at).await?;
         }
         tx.commit().await?;
         self.committed(Purpose::Other, statements);
@@ -684,4 +532,60 @@ fn claimed_from_row(row: &Row) -> StoreResult<ClaimedDelivery> {
         delivery,
         secrets,
     })
+}
+
+/// An endpoint's health after one try: a success clears its failing
+/// streak; a 410, or five days of failures, disables it, saying why.
+/// Returns the statements it took.
+async fn endpoint_health_in(
+    conn: &mut Conn,
+    endpoint: uuid::Uuid,
+    outcome: &DeliveryOutcome,
+    at: DateTime<Utc>,
+) -> StoreResult<u64> {
+    let (status, error) = match outcome {
+        DeliveryOutcome::Delivered { status } => (Some(*status), None),
+        DeliveryOutcome::Retry { status, error, .. } | DeliveryOutcome::Dead { status, error } => {
+            (*status, Some(error.as_str()))
+        }
+    };
+    if matches!(outcome, DeliveryOutcome::Delivered { .. }) {
+        sqlx::query("UPDATE webhook_endpoints SET failing_since = NULL WHERE id = $1")
+            .bind(endpoint)
+            .execute(&mut *conn)
+            .await?;
+    } else if status == Some(410) {
+        sqlx::query(
+            "UPDATE webhook_endpoints SET disabled_at = $2, disabled_reason = $3 \
+             WHERE id = $1 AND disabled_at IS NULL",
+        )
+        .bind(endpoint)
+        .bind(at)
+        .bind("the receiver answered 410 Gone: it asked not to be called again")
+        .execute(&mut *conn)
+        .await?;
+    } else {
+        sqlx::query(
+            "UPDATE webhook_endpoints SET failing_since = COALESCE(failing_since, $2) WHERE id = $1",
+        )
+        .bind(endpoint)
+        .bind(at)
+        .execute(&mut *conn)
+        .await?;
+        sqlx::query(
+            "UPDATE webhook_endpoints SET disabled_at = $2, disabled_reason = $3 \
+             WHERE id = $1 AND disabled_at IS NULL AND failing_since < $4",
+        )
+        .bind(endpoint)
+        .bind(at)
+        .bind(format!(
+            "every try failed for {FAILING_DAYS_MAX} days (last: {})",
+            error.unwrap_or("no answer")
+        ))
+        .bind(at - chrono::Duration::days(FAILING_DAYS_MAX))
+        .execute(&mut *conn)
+        .await?;
+        return Ok(2);
+    }
+    Ok(1)
 }

@@ -626,11 +626,10 @@ pub fn parse(
     };
     let mut declared: Vec<ModelSpec> = Vec::new();
     for (i, v) in list.iter().enumerate() {
-        let at = format!("models[{i}]");
         let raw: RawModel = v
             .clone()
             .try_into()
-            .map_err(|e: toml::de::Error| bad(format!("{at}: {}", e.message())))?;
+            .map_err(|e: toml::de::Error| bad(format!("models[{i}]: {}", e.message())))?;
         let at = format!("models[{i}] ({})", raw.id);
         if !valid_id(&raw.id) {
             return Err(bad(format!(
@@ -640,160 +639,209 @@ pub fn parse(
         if declared.iter().any(|m| m.id == raw.id) {
             return Err(bad(format!("{at}: the id is declared twice")));
         }
-        let kind = match raw.kind {
-            RawKind::ImageEdit => JobKind::ImageEdit,
-            RawKind::Video => JobKind::Video,
-        };
-        let builtin = Models::builtin();
-        let price = match (&raw.price, raw.provider) {
-            (Some(t), _) => price(t, kind, &format!("{at}.price"))?,
-            (None, ProviderKind::Local) => builtin.default_for(kind).price.clone(),
-            (None, ProviderKind::Http) => {
-                return Err(bad(format!("{at}: an http model needs a price")))
-            }
-        };
-        let endpoint = match (raw.provider, raw.endpoint) {
-            (ProviderKind::Http, None) => {
-                return Err(bad(format!("{at}: an http model needs an endpoint")))
-            }
-            (ProviderKind::Http, Some(e)) => {
-                if !(e.starts_with("http://") || e.starts_with("https://")) {
-                    return Err(bad(format!("{at}.endpoint: {e:?} is not an http(s) URL")));
-                }
-                Some(e.trim_end_matches('/').to_string())
-            }
-            (ProviderKind::Local, Some(_)) => {
-                return Err(bad(format!("{at}: a local model takes no endpoint")))
-            }
-            (ProviderKind::Local, None) => None,
-        };
-        let api_key =
-            match raw.api_key_env {
-                None => None,
-                Some(var) => Some(env(&var).filter(|v| !v.is_empty()).ok_or_else(|| {
-                    bad(format!("{at}.api_key_env: the variable {var} is not set"))
-                })?),
-            };
-        let attempts = raw.attempts.unwrap_or(3);
-        if !(1..=10).contains(&attempts) {
-            return Err(bad(format!("{at}.attempts: {attempts} is not 1 to 10")));
-        }
-        let secs = |v: Option<f64>, name: &str| -> Result<Option<Duration>, ConfigError> {
-            match v {
-                None => Ok(None),
-                Some(s) if s > 0.0 && s <= 86_400.0 => Ok(Some(Duration::from_secs_f64(s))),
-                Some(s) => Err(bad(format!("{at}.{name}: {s} is not 0 to 86400 seconds"))),
-            }
-        };
-        let ms = |v: Option<u64>, default: u64, name: &str| -> Result<Duration, ConfigError> {
-            let v = v.unwrap_or(default);
-            if (1..=3_600_000).contains(&v) {
-                Ok(Duration::from_millis(v))
-            } else {
-                Err(bad(format!("{at}.{name}: {v} is not 1 to 3600000 ms")))
-            }
-        };
-        if raw.provider == ProviderKind::Local {
-            // Local work runs inside this process: nothing to deduplicate,
-            // look up or be unsure about at a provider.
-            for (set, name) in [
-                (raw.idempotency, "idempotency"),
-                (raw.lookup, "lookup"),
-                (raw.lookup_not_found_code.is_some(), "lookup_not_found_code"),
-                (raw.submit_503.is_some(), "submit_503"),
-            ] {
-                if set {
-                    return Err(bad(format!(
-                        "{at}.{name}: applies to http models only (local work runs in this process)"
-                    )));
-                }
-            }
-        }
-        if let Some(f) = &raw.faults {
-            if raw.provider != ProviderKind::Local {
-                return Err(bad(format!("{at}.faults: only a local model takes faults")));
-            }
-            check_rates(f, &format!("{at}.faults"))?;
-        }
-        let expected = secs(raw.expected_s, "expected_s")?;
-        // Backoff is sized to how long a unit runs: a tenth of it.
-        let backoff_default = expected
-            .map(|e| (e.as_millis() as u64 / 10).clamp(200, 60_000))
-            .unwrap_or(500);
-        let spec = ModelSpec {
-            name: raw.name.unwrap_or_else(|| raw.id.clone()),
-            remote_model: raw.remote_model.unwrap_or_else(|| raw.id.clone()),
-            id: raw.id,
-            kind,
-            provider: raw.provider,
-            endpoint,
-            api_key,
-            output_hosts: raw
-                .output_hosts
-                .iter()
-                .map(|h| h.trim().to_ascii_lowercase())
-                .filter(|h| !h.is_empty())
-                .collect(),
-            price,
-            durations_s: raw.durations_s.unwrap_or_else(|| vec![2, 3, 5]),
-            attempts,
-            on_uncertain: raw.on_uncertain.unwrap_or(OnUncertain::Park),
-            on_failure: raw.on_failure.unwrap_or(OnFailure::Refund),
-            default: raw.default,
-            idempotency: raw.idempotency,
-            lookup: raw.lookup,
-            lookup_not_found_code: raw
-                .lookup_not_found_code
-                .unwrap_or_else(|| "not_found".into()),
-            submit_503: raw.submit_503.unwrap_or(Submit503::Uncertain),
-            fallback: raw.fallback,
-            fallback_on: raw
-                .fallback_on
-                .unwrap_or_else(|| vec![FallbackReason::Exhausted, FallbackReason::Unavailable]),
-            prediction_window: secs(raw.prediction_window_s, "prediction_window_s")?,
-            expected,
-            backoff_min: ms(raw.backoff_ms, backoff_default, "backoff_ms")?,
-            backoff_max: ms(raw.backoff_max_ms, 30_000, "backoff_max_ms")?,
-            request_timeout: ms(raw.timeout_ms, 30_000, "timeout_ms")?,
-            poll_interval: ms(raw.poll_ms, 500, "poll_ms")?,
-            poll_timeout: Duration::from_secs(raw.poll_timeout_s.unwrap_or(600).clamp(1, 86_400)),
-            faults: raw.faults,
-        };
-        if spec.kind == JobKind::Video
-            && (spec.durations_s.is_empty()
-                || spec.durations_s.iter().any(|d| !(1..=60).contains(d)))
-        {
-            return Err(bad(format!(
-                "{at}.durations_s: give durations from 1 to 60 seconds"
-            )));
-        }
-        declared.push(spec);
+        declared.push(model_spec(&at, raw, env)?);
     }
-    for m in &declared {
+    check_fallbacks(&declared)?;
+    check_defaults(&declared)?;
+    // A kind nobody declared keeps its local models.
+    for kind in [JobKind::ImageEdit, JobKind::Video] {
+        if !declared.iter().any(|m| m.kind == kind) {
+            declared.extend(models.models.iter().filter(|m| m.kind == kind).cloned());
+        }
+    }
+    models.models = declared;
+    Ok(models)
+}
+
+/// One declared model, every field checked (`at` names it in errors).
+fn model_spec(
+    at: &str,
+    mut raw: RawModel,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<ModelSpec, ConfigError> {
+    let kind = match raw.kind {
+        RawKind::ImageEdit => JobKind::ImageEdit,
+        RawKind::Video => JobKind::Video,
+    };
+    let price = match (&raw.price, raw.provider) {
+        (Some(t), _) => price(t, kind, &format!("{at}.price"))?,
+        (None, ProviderKind::Local) => Models::builtin().default_for(kind).price.clone(),
+        (None, ProviderKind::Http) => {
+            return Err(bad(format!("{at}: an http model needs a price")))
+        }
+    };
+    let endpoint = endpoint(at, raw.provider, raw.endpoint.take())?;
+    let api_key = api_key(at, raw.api_key_env.take(), env)?;
+    let attempts = raw.attempts.unwrap_or(3);
+    if !(1..=10).contains(&attempts) {
+        return Err(bad(format!("{at}.attempts: {attempts} is not 1 to 10")));
+    }
+    check_local_settings(at, &raw)?;
+    let expected = secs(at, raw.expected_s, "expected_s")?;
+    // Backoff is sized to how long a unit runs: a tenth of it.
+    let backoff_default = expected
+        .map(|e| (e.as_millis() as u64 / 10).clamp(200, 60_000))
+        .unwrap_or(500);
+    let spec = ModelSpec {
+        name: raw.name.unwrap_or_else(|| raw.id.clone()),
+        remote_model: raw.remote_model.unwrap_or_else(|| raw.id.clone()),
+        id: raw.id,
+        kind,
+        provider: raw.provider,
+        endpoint,
+        api_key,
+        output_hosts: raw
+            .output_hosts
+            .iter()
+            .map(|h| h.trim().to_ascii_lowercase())
+            .filter(|h| !h.is_empty())
+            .collect(),
+        price,
+        durations_s: raw.durations_s.unwrap_or_else(|| vec![2, 3, 5]),
+        attempts,
+        on_uncertain: raw.on_uncertain.unwrap_or(OnUncertain::Park),
+        on_failure: raw.on_failure.unwrap_or(OnFailure::Refund),
+        default: raw.default,
+        idempotency: raw.idempotency,
+        lookup: raw.lookup,
+        lookup_not_found_code: raw
+            .lookup_not_found_code
+            .unwrap_or_else(|| "not_found".into()),
+        submit_503: raw.submit_503.unwrap_or(Submit503::Uncertain),
+        fallback: raw.fallback,
+        fallback_on: raw
+            .fallback_on
+            .unwrap_or_else(|| vec![FallbackReason::Exhausted, FallbackReason::Unavailable]),
+        prediction_window: secs(at, raw.prediction_window_s, "prediction_window_s")?,
+        expected,
+        backoff_min: ms(at, raw.backoff_ms, backoff_default, "backoff_ms")?,
+        backoff_max: ms(at, raw.backoff_max_ms, 30_000, "backoff_max_ms")?,
+        request_timeout: ms(at, raw.timeout_ms, 30_000, "timeout_ms")?,
+        poll_interval: ms(at, raw.poll_ms, 500, "poll_ms")?,
+        poll_timeout: Duration::from_secs(raw.poll_timeout_s.unwrap_or(600).clamp(1, 86_400)),
+        faults: raw.faults,
+    };
+    check_durations(at, &spec)?;
+    Ok(spec)
+}
+
+/// The key named by `api_key_env`, read once at start-up; a variable that
+/// is named but unset stops start-up rather than calling without a key.
+fn api_key(
+    at: &str,
+    var: Option<String>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Option<String>, ConfigError> {
+    let Some(var) = var else {
+        return Ok(None);
+    };
+    env(&var)
+        .filter(|v| !v.is_empty())
+        .map(Some)
+        .ok_or_else(|| bad(format!("{at}.api_key_env: the variable {var} is not set")))
+}
+
+/// A video model offers clips of 1 to 60 seconds, at least one length.
+fn check_durations(at: &str, spec: &ModelSpec) -> Result<(), ConfigError> {
+    let out_of_range = spec.durations_s.iter().any(|d| !(1..=60).contains(d));
+    if spec.kind == JobKind::Video && (spec.durations_s.is_empty() || out_of_range) {
+        return Err(bad(format!(
+            "{at}.durations_s: give durations from 1 to 60 seconds"
+        )));
+    }
+    Ok(())
+}
+
+/// An http model's endpoint (an http(s) URL, no trailing slash); a local
+/// model takes none.
+fn endpoint(
+    at: &str,
+    provider: ProviderKind,
+    endpoint: Option<String>,
+) -> Result<Option<String>, ConfigError> {
+    match (provider, endpoint) {
+        (ProviderKind::Http, None) => Err(bad(format!("{at}: an http model needs an endpoint"))),
+        (ProviderKind::Http, Some(e)) => {
+            if !(e.starts_with("http://") || e.starts_with("https://")) {
+                return Err(bad(format!("{at}.endpoint: {e:?} is not an http(s) URL")));
+            }
+            Ok(Some(e.trim_end_matches('/').to_string()))
+        }
+        (ProviderKind::Local, Some(_)) => {
+            Err(bad(format!("{at}: a local model takes no endpoint")))
+        }
+        (ProviderKind::Local, None) => Ok(None),
+    }
+}
+
+/// Local work runs inside this process: nothing to deduplicate, look up
+/// or be unsure about at a provider; only local models take faults.
+fn check_local_settings(at: &str, raw: &RawModel) -> Result<(), ConfigError> {
+    if raw.provider == ProviderKind::Local {
+        for (set, name) in [
+            (raw.idempotency, "idempotency"),
+            (raw.lookup, "lookup"),
+            (raw.lookup_not_found_code.is_some(), "lookup_not_found_code"),
+            (raw.submit_503.is_some(), "submit_503"),
+        ] {
+            if set {
+                return Err(bad(format!(
+                    "{at}.{name}: applies to http models only (local work runs in this process)"
+                )));
+            }
+        }
+    }
+    if let Some(f) = &raw.faults {
+        if raw.provider != ProviderKind::Local {
+            return Err(bad(format!("{at}.faults: only a local model takes faults")));
+        }
+        check_rates(f, &format!("{at}.faults"))?;
+    }
+    Ok(())
+}
+
+/// Seconds from 0 (exclusive) to a day, or none when unset.
+fn secs(at: &str, v: Option<f64>, name: &str) -> Result<Option<Duration>, ConfigError> {
+    match v {
+        None => Ok(None),
+        Some(s) if s > 0.0 && s <= 86_400.0 => Ok(Some(Duration::from_secs_f64(s))),
+        Some(s) => Err(bad(format!("{at}.{name}: {s} is not 0 to 86400 seconds"))),
+    }
+}
+
+/// Milliseconds from 1 to an hour, or `default`.
+fn ms(at: &str, v: Option<u64>, default: u64, name: &str) -> Result<Duration, ConfigError> {
+    let v = v.unwrap_or(default);
+    if (1..=3_600_000).contains(&v) {
+        Ok(Duration::from_millis(v))
+    } else {
+        Err(bad(format!("{at}.{name}: {v} is not 1 to 3600000 ms")))
+    }
+}
+
+/// Each fallback names another declared model of the same kind.
+fn check_fallbacks(declared: &[ModelSpec]) -> Result<(), ConfigError> {
+    for m in declared {
         for f in &m.fallback {
-            match declared.iter().find(|d| &d.id == f) {
-                None => {
-                    return Err(bad(format!(
-                        "models ({}): fallback {f:?} is not a declared model",
-                        m.id
-                    )))
-                }
-                Some(d) if d.kind != m.kind => {
-                    return Err(bad(format!(
-                        "models ({}): fallback {f:?} is a different kind",
-                        m.id
-                    )))
-                }
+            let why = match declared.iter().find(|d| &d.id == f) {
+                None => "is not a declared model",
+                Some(d) if d.kind != m.kind => "is a different kind",
                 Some(d) if d.id == m.id => {
                     return Err(bad(format!(
                         "models ({}): a model cannot fall back to itself",
                         m.id
                     )))
                 }
-                Some(_) => {}
-            }
+                Some(_) => continue,
+            };
+            return Err(bad(format!("models ({}): fallback {f:?} {why}", m.id)));
         }
     }
+    Ok(())
+}
+
+/// At most one default model per kind.
+fn check_defaults(declared: &[ModelSpec]) -> Result<(), ConfigError> {
     for kind in [JobKind::ImageEdit, JobKind::Video] {
         if declared
             .iter()
@@ -807,14 +855,7 @@ pub fn parse(
             )));
         }
     }
-    // A kind nobody declared keeps its local models.
-    for kind in [JobKind::ImageEdit, JobKind::Video] {
-        if !declared.iter().any(|m| m.kind == kind) {
-            declared.extend(models.models.iter().filter(|m| m.kind == kind).cloned());
-        }
-    }
-    models.models = declared;
-    Ok(models)
+    Ok(())
 }
 
 #[cfg(test)]

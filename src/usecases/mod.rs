@@ -1,11 +1,35 @@
-//! `Tollgate`: the engine as one cheap-to-clone handle. Pages, the API and
-//! the command line all call its methods; none of them touch SQL.
+//! The use cases: what Tollgate does for people and programs, as methods
+//! of one cheap-to-clone handle, `Tollgate`. Pages, the API and the command
+//! line all call them; none of them touch SQL. Each file is one use case:
+//! submitting and reading jobs (`jobs`, `assets`), the ledger and credits
+//! (`ledger`), the day's budget and spend (`budget`, `spend`), parked work
+//! and its decisions (`parked`), repairs and lineage (`repairs`), webhooks
+//! (`webhooks`: endpoints, the dispatcher, signing), accounts and sign-in
+//! (`accounts`, `auth`), retention, and the fair-use limits (`limits`).
+//! `error` is this layer's one error type, which the API maps to its
+//! answer in one place.
 
-use crate::auth::LoginLimits;
+pub mod accounts;
+pub mod assets;
+pub mod auth;
+pub mod budget;
+pub mod error;
+pub mod jobs;
+pub mod ledger;
+pub mod limits;
+pub mod parked;
+pub mod repairs;
+pub mod retention;
+pub mod spend;
+pub mod webhooks;
+
+pub use error::{Error, Result};
+
 use crate::config::Config;
 use crate::model::Catalogue;
 use crate::storage::ObjectStore;
 use crate::store::Store;
+use crate::usecases::auth::LoginLimits;
 use std::sync::Arc;
 
 #[derive(Clone)]
@@ -22,11 +46,11 @@ struct Inner {
     http: crate::providers::http::HttpProvider,
     login_limits: LoginLimits,
     /// Paid requests per person (fair use).
-    paid_limits: crate::limits::PaidLimits,
+    paid_limits: crate::usecases::limits::PaidLimits,
     /// Test webhook events per endpoint and person.
-    test_event_limits: crate::limits::TestEventLimits,
+    test_event_limits: crate::usecases::limits::TestEventLimits,
     /// Uploads being received, per person and in all.
-    upload_slots: crate::limits::UploadSlots,
+    upload_slots: crate::usecases::limits::UploadSlots,
     /// Wakes idle workers when a job is queued. It carries nothing: the
     /// database is the truth, and the sweeper rings anyway (rule 4).
     doorbell: Arc<tokio::sync::Notify>,
@@ -42,16 +66,16 @@ struct Inner {
     /// that `serve` prints.
     setup_token: String,
     /// What retention purged on this node.
-    purged: crate::retention::PurgeCounters,
+    purged: crate::usecases::retention::PurgeCounters,
 }
 
 /// Image decodes at once, at most.
 pub const DECODES_MAX: usize = 4;
 
-/// The address guard for what providers tell us to download (the same as
-/// webhooks': no internal address unless allowed).
-fn webhook_guard(config: &Config) -> crate::webhooks::guard::Guard {
-    let g = crate::webhooks::guard::Guard::new(config.webhook_allow_networks.clone());
+/// The address guard for webhook posts and for what providers tell us to
+/// download: no internal address unless the operator allowed it.
+pub(crate) fn webhook_guard(config: &Config) -> crate::net::guard::Guard {
+    let g = crate::net::guard::Guard::new(config.webhook_allow_networks.clone());
     if config.webhook_allow_public {
         g
     } else {
@@ -61,7 +85,7 @@ fn webhook_guard(config: &Config) -> crate::webhooks::guard::Guard {
 
 impl Tollgate {
     pub fn new(store: Store, objects: ObjectStore, config: Config) -> Tollgate {
-        let paid_limits = crate::limits::PaidLimits::new(
+        let paid_limits = crate::usecases::limits::PaidLimits::new(
             config.jobs_per_user_per_minute,
             config.jobs_burst_per_user,
         );
@@ -69,8 +93,8 @@ impl Tollgate {
             config.logins_per_account_per_minute,
             config.logins_per_address_per_minute,
         );
-        let setup_token =
-            (config.exposure.setup_token.clone()).unwrap_or_else(crate::auth::new_setup_token);
+        let setup_token = (config.exposure.setup_token.clone())
+            .unwrap_or_else(crate::usecases::auth::new_setup_token);
         Tollgate {
             inner: Arc::new(Inner {
                 store,
@@ -90,7 +114,7 @@ impl Tollgate {
                 decode_slots: Arc::new(tokio::sync::Semaphore::new(DECODES_MAX)),
                 claim_conflicts: std::sync::atomic::AtomicU64::new(0),
                 setup_token,
-                purged: crate::retention::PurgeCounters::default(),
+                purged: crate::usecases::retention::PurgeCounters::default(),
             }),
         }
     }
@@ -98,21 +122,23 @@ impl Tollgate {
     /// Connects to the configured database (applying migrations) and
     /// object store.
     pub async fn open(config: Config) -> crate::Result<Tollgate> {
-        let store = Store::connect(&config.database_url).await.map_err(|e| {
-            // The driver's message may quote the URL: never its password.
-            let password = reqwest::Url::parse(&config.database_url)
-                .ok()
-                .and_then(|u| u.password().map(str::to_string))
-                .filter(|p| !p.is_empty());
-            let mut message = e.to_string();
-            if let Some(p) = password {
-                message = message.replace(&p, "***");
-            }
-            crate::Error::Internal(format!(
-                "TOLLGATE_DATABASE_URL: cannot open the database {}: {message}",
-                crate::config::redact_url(&config.database_url)
-            ))
-        })?;
+        let store = Store::connect(&config.database_url, crate::wire::envelope)
+            .await
+            .map_err(|e| {
+                // The driver's message may quote the URL: never its password.
+                let password = reqwest::Url::parse(&config.database_url)
+                    .ok()
+                    .and_then(|u| u.password().map(str::to_string))
+                    .filter(|p| !p.is_empty());
+                let mut message = e.to_string();
+                if let Some(p) = password {
+                    message = message.replace(&p, "***");
+                }
+                crate::Error::Internal(format!(
+                    "TOLLGATE_DATABASE_URL: cannot open the database {}: {message}",
+                    crate::config::redact_url(&config.database_url)
+                ))
+            })?;
         store.migrate().await.map_err(|e| {
             crate::Error::Internal(format!("TOLLGATE_DATABASE_URL: migrations failed: {e}"))
         })?;
@@ -130,6 +156,21 @@ impl Tollgate {
         &self.inner.store
     }
 
+    /// Which database this node runs on.
+    pub fn backend(&self) -> crate::store::Backend {
+        self.inner.store.backend()
+    }
+
+    /// Where the app keeps sign-in sessions: the same database.
+    pub fn session_backend(&self) -> crate::store::SessionBackend {
+        self.inner.store.session_backend()
+    }
+
+    /// Closes the database pools at shutdown, after the node has stopped.
+    pub async fn close(&self) {
+        self.inner.store.close().await
+    }
+
     pub fn objects(&self) -> &ObjectStore {
         &self.inner.objects
     }
@@ -141,7 +182,7 @@ impl Tollgate {
     }
 
     /// The models that may be called and the runner's policy for each.
-    pub fn models(&self) -> &crate::providers::config::Models {
+    pub fn models(&self) -> &crate::config::models::Models {
         &self.inner.config.models
     }
 
@@ -153,11 +194,11 @@ impl Tollgate {
     /// The provider that serves a model.
     pub fn provider(
         &self,
-        model: &crate::providers::config::ModelSpec,
+        model: &crate::config::models::ModelSpec,
     ) -> &dyn crate::providers::Provider {
         match model.provider {
-            crate::providers::config::ProviderKind::Local => &self.inner.local,
-            crate::providers::config::ProviderKind::Http => &self.inner.http,
+            crate::config::models::ProviderKind::Local => &self.inner.local,
+            crate::config::models::ProviderKind::Http => &self.inner.http,
         }
     }
 
@@ -168,7 +209,7 @@ impl Tollgate {
     }
 
     /// What retention purged on this node since it started.
-    pub fn purge_counters(&self) -> &crate::retention::PurgeCounters {
+    pub fn purge_counters(&self) -> &crate::usecases::retention::PurgeCounters {
         &self.inner.purged
     }
 
@@ -205,15 +246,15 @@ impl Tollgate {
         &self.inner.config
     }
 
-    pub(crate) fn inner_upload_slots(&self) -> &crate::limits::UploadSlots {
+    pub(crate) fn inner_upload_slots(&self) -> &crate::usecases::limits::UploadSlots {
         &self.inner.upload_slots
     }
 
-    pub(crate) fn test_event_limits(&self) -> &crate::limits::TestEventLimits {
+    pub(crate) fn test_event_limits(&self) -> &crate::usecases::limits::TestEventLimits {
         &self.inner.test_event_limits
     }
 
-    pub(crate) fn paid_limits(&self) -> &crate::limits::PaidLimits {
+    pub(crate) fn paid_limits(&self) -> &crate::usecases::limits::PaidLimits {
         &self.inner.paid_limits
     }
 

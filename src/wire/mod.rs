@@ -1,10 +1,14 @@
-//! The objects the `/v1` API answers with, as typed Rust: each is both what
-//! is serialised and (through `ToSchema`) what the OpenAPI document says,
-//! so the two cannot disagree. Built from the store's rows here, once.
+//! The wire: the JSON objects Tollgate sends, to `/v1` clients and in
+//! webhook envelopes, as typed Rust. Each is both what is serialised and
+//! (through `ToSchema`) what the OpenAPI document says, so the two cannot
+//! disagree. Built from the store's rows here, once; the API answers with
+//! them and the outbox keeps them (the store is handed `envelope`, it never
+//! builds an API object itself).
 
 use crate::model::{
     AssetId, AttemptState, CompareOutcome, CostSource, Credits, Email, JobId, JobKind, JobRequest,
     JobStatus, LedgerEntryId, LedgerKind, LineageState, Purpose, Review, Role, Usd, UserId,
+    WebhookEvent,
 };
 use crate::store::{Asset, Attempt, BudgetDay, Job, JobEvent, LedgerEntry, User};
 use chrono::{DateTime, Utc};
@@ -13,18 +17,33 @@ use serde_json::Value;
 use utoipa::ToSchema;
 
 /// Times are RFC 3339 in UTC, to the millisecond.
-pub(super) fn millis<S: Serializer>(t: &DateTime<Utc>, s: S) -> Result<S::Ok, S::Error> {
+pub fn millis<S: Serializer>(t: &DateTime<Utc>, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
 }
 
-pub(super) fn millis_opt<S: Serializer>(
-    t: &Option<DateTime<Utc>>,
-    s: S,
-) -> Result<S::Ok, S::Error> {
+pub fn millis_opt<S: Serializer>(t: &Option<DateTime<Utc>>, s: S) -> Result<S::Ok, S::Error> {
     match t {
         Some(t) => millis(t, s),
         None => s.serialize_none(),
     }
+}
+
+/// The envelope a delivery sends, fixed when the state change is stored:
+/// `{"type", "timestamp", "data": <job object>}`. The store calls it in the
+/// transaction that writes the outbox row (see `store::EnvelopeWriter`).
+pub fn envelope(
+    event: WebhookEvent,
+    job: &Job,
+    attempts: &[Attempt],
+    lineage: Option<&LineageState>,
+    at: DateTime<Utc>,
+) -> String {
+    serde_json::json!({
+        "type": event.as_str(),
+        "timestamp": at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+        "data": JobObject::new(job, attempts, lineage),
+    })
+    .to_string()
 }
 
 /// Every error: `{"error": {"code", "message", "details"}}`.

@@ -4,10 +4,10 @@
 //! zero; the day's breaker (rule 11) beside it; and the attempts behind the
 //! numbers, a page at a time or as CSV.
 
-use crate::budget::parse_day_field;
-use crate::error::{Error, Result};
 use crate::model::{AttemptId, AttemptState, Usd};
 use crate::store::{AttemptFilter, AttemptListed, Exposure, SpendRow};
+use crate::usecases::budget::parse_day_field;
+use crate::usecases::error::{Error, Result};
 use crate::Tollgate;
 use base64::Engine as _;
 use chrono::{DateTime, NaiveDate, Utc};

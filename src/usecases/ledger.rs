@@ -2,9 +2,9 @@
 //! update, no delete, balance = sum) are enforced by the database triggers;
 //! this module only builds entries and names their references.
 
-use crate::error::{Error, Result};
 use crate::model::{Credits, LedgerEntryId, LedgerKind, UserId};
 use crate::store::{LedgerEntry, NewLedgerEntry, User};
+use crate::usecases::error::{Error, Result};
 use crate::Tollgate;
 use chrono::Utc;
 

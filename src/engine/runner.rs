@@ -25,12 +25,14 @@
 //!
 //! The output goes to the job's one key, put-if-absent (rule 8).
 
-use super::config::{FallbackReason, ModelSpec, OnFailure, OnUncertain};
-use super::{Cost, ErrorClass, Finished, Input, Lookup, Poll, Provider, ProviderError, Submission};
-use crate::engine::Run;
+use super::Run;
+use crate::config::models::{FallbackReason, ModelSpec, OnFailure, OnUncertain};
 use crate::model::{
     AttemptEnd, AttemptId, AttemptState, CostSource, JobKind, JobRequest, ParkedState, Purpose,
     ReviewAction, StoredOutput, Usd,
+};
+use crate::providers::{
+    Cost, ErrorClass, Finished, Input, Lookup, Poll, Provider, ProviderError, Submission,
 };
 use crate::storage::{NewObjectMeta, ObjectKey, PutOutcome};
 use crate::store::{
@@ -40,6 +42,7 @@ use crate::store::{
 use backon::BackoffBuilder;
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
+use std::ops::ControlFlow;
 use std::time::Duration;
 
 /// Re-sends (same key) or look-ups tried before an uncertain attempt parks.
@@ -160,47 +163,10 @@ pub async fn generate(run: &mut Run<'_>) -> StoreResult<Generated> {
         };
     }
     // Rule 7: an attempt a run left open is recovered, never re-sent blindly.
-    let mut after = Recovered::default();
-    for a in previous.iter().filter(|a| open(a)) {
-        if a.provider == "local" && a.state == AttemptState::Submitting {
-            // Local work runs in this process: it died with its run and
-            // created nothing outside. Closed as interrupted, on record.
-            r.run.defer(end(
-                a.id,
-                ended(
-                    AttemptEnd::Failed,
-                    Some("interrupted"),
-                    "the run that made this attempt stopped before it finished",
-                    Cost::Nothing,
-                    0,
-                ),
-            ));
-            continue;
-        }
-        let spec = match r.spec_of(a) {
-            Ok(spec) => spec,
-            Err(gone) => return Ok(Generated::Parked(*gone)),
-        };
-        let attempted = match &a.provider_job_id {
-            Some(id) if a.state == AttemptState::Submitted => r.follow(&spec, a, id).await?,
-            _ => r.recover_uncertain(&spec, a).await?,
-        };
-        if let Attempted::Failed(e) = &attempted {
-            // Past its window it may have been charged in full: its model
-            // is not tried again, however long ago the run that sent it died.
-            if matches!(e.class, ErrorClass::Refused | ErrorClass::Failed)
-                && spec
-                    .prediction_window
-                    .is_some_and(|w| since(a.started_at) > w)
-            {
-                after.spent_models.push(spec.id.clone());
-            }
-            after.last = Some(e.clone());
-        }
-        if let Some(done) = r.conclude(&spec, a, attempted).await? {
-            return Ok(done);
-        }
-    }
+    let after = match r.recover_open(&previous).await? {
+        ControlFlow::Continue(after) => after,
+        ControlFlow::Break(done) => return Ok(done),
+    };
     r.chain(&chain, previous, after).await
 }
 
@@ -290,6 +256,58 @@ struct Runner<'r, 'a> {
 }
 
 impl Runner<'_, '_> {
+    /// Rule 7: each attempt a run left open is recovered (followed, or
+    /// looked up under its key), never re-sent blindly. Breaks with the
+    /// job's outcome when one of them settles it; otherwise what the chain
+    /// must know: the last failure, and the models already spent.
+    async fn recover_open(
+        &mut self,
+        previous: &[Attempt],
+    ) -> StoreResult<ControlFlow<Generated, Recovered>> {
+        let mut after = Recovered::default();
+        for a in previous.iter().filter(|a| open(a)) {
+            if a.provider == "local" && a.state == AttemptState::Submitting {
+                // Local work runs in this process: it died with its run and
+                // created nothing outside. Closed as interrupted, on record.
+                self.run.defer(end(
+                    a.id,
+                    ended(
+                        AttemptEnd::Failed,
+                        Some("interrupted"),
+                        "the run that made this attempt stopped before it finished",
+                        Cost::Nothing,
+                        0,
+                    ),
+                ));
+                continue;
+            }
+            let spec = match self.spec_of(a) {
+                Ok(spec) => spec,
+                Err(gone) => return Ok(ControlFlow::Break(Generated::Parked(*gone))),
+            };
+            let attempted = match &a.provider_job_id {
+                Some(id) if a.state == AttemptState::Submitted => self.follow(&spec, a, id).await?,
+                _ => self.recover_uncertain(&spec, a).await?,
+            };
+            if let Attempted::Failed(e) = &attempted {
+                // Past its window it may have been charged in full: its model
+                // is not tried again, however long ago the run that sent it died.
+                if matches!(e.class, ErrorClass::Refused | ErrorClass::Failed)
+                    && spec
+                        .prediction_window
+                        .is_some_and(|w| since(a.started_at) > w)
+                {
+                    after.spent_models.push(spec.id.clone());
+                }
+                after.last = Some(e.clone());
+            }
+            if let Some(done) = self.conclude(&spec, a, attempted).await? {
+                return Ok(ControlFlow::Break(done));
+            }
+        }
+        Ok(ControlFlow::Continue(after))
+    }
+
     fn provider(&self, spec: &ModelSpec) -> &dyn Provider {
         self.run.t.provider(spec)
     }
@@ -456,81 +474,19 @@ impl Runner<'_, '_> {
         let mut delays = backoff(spec);
         // The attempt's success is recorded unless its output turns out to
         // be something we do not serve (then it failed, at what it cost).
-        let mut succeeded = record.then(|| {
-            let mut outcome = ended(AttemptEnd::Succeeded, None, "", f.cost, duration_ms(a));
-            outcome.usage = Some(f.usage.clone());
-            end(a.id, outcome)
-        });
+        let mut succeeded = record.then(|| self.attempt_end(a, &f, AttemptEnd::Succeeded, None));
         for n in 0..DELIVERY_TRIES {
             match self.provider(spec).fetch(spec, &f.output).await {
                 Ok((bytes, claimed)) => {
                     // Untrusted bytes: stored only as what they really are,
                     // and only if that is an image or clip we serve.
                     let Some(content_type) = crate::model::sniff_output(&bytes) else {
-                        let claimed: String = claimed.chars().take(100).collect();
-                        let message = format!(
-                            "the output is not an image or clip we serve (it said {claimed:?})"
-                        );
-                        if record {
-                            let mut outcome = ended(
-                                AttemptEnd::Failed,
-                                Some("invalid_output"),
-                                &message,
-                                f.cost,
-                                duration_ms(a),
-                            );
-                            outcome.usage = Some(f.usage.clone());
-                            self.run.defer(end(a.id, outcome));
-                        }
-                        return Ok(failure(
-                            "INVALID_OUTPUT",
-                            format!("The provider returned something that is not an image or clip ({claimed:?}); it was not stored. Your credits were refunded."),
-                        ));
+                        return Ok(self.invalid_output(a, &f, record, &claimed));
                     };
                     if let Some(op) = succeeded.take() {
                         self.run.defer(op);
                     }
-                    let content_type = content_type.to_string();
-                    let meta = NewObjectMeta {
-                        written_by: self.written_by(),
-                        provider: Some(spec.provider_name().into()),
-                        content_type: content_type.clone(),
-                    };
-                    let size = bytes.len() as u64;
-                    let bytes = bytes::Bytes::from(bytes);
-                    let put = match self.store_output(spec, &bytes, &meta).await {
-                        Stored::Put(put) => put,
-                        Stored::Released => return Ok(Generated::Released),
-                        Stored::Failed(why) => {
-                            return Ok(Generated::Parked(NewParked {
-                                deliveries: STORE_TRIES as i32,
-                                ..parked(
-                                    ParkedStage::DeliveryExhausted,
-                                    spec,
-                                    a,
-                                    json!({"reason": "The output was fetched from the provider, but our object store would not keep it.", "last_error": why}),
-                                )
-                            }))
-                        }
-                    };
-                    if let PutOutcome::Created = put {
-                        self.run.keep_stored_output(self.key.as_str(), bytes);
-                    }
-                    return Ok(match put {
-                        PutOutcome::Exists(m) if m.written_by != self.written_by() => failure(
-                            "OUTPUT_KEY_CONFLICT",
-                            "Another job's output is stored where this one's belongs.",
-                        ),
-                        PutOutcome::Created | PutOutcome::Exists(_) => {
-                            Generated::Stored(StoredOutput {
-                                key: self.key.as_str().to_string(),
-                                content_type,
-                                bytes: size,
-                                attempt_no: Some(a.attempt_no),
-                                model: Some(spec.id.clone()),
-                            })
-                        }
-                    });
+                    return self.keep_output(spec, a, bytes, content_type).await;
                 }
                 Err(e) => last = e.message,
             }
@@ -557,6 +513,91 @@ impl Runner<'_, '_> {
                 json!({"reason": "The output exists at the provider but could not be stored.", "last_error": last}),
             )
         }))
+    }
+
+    /// The attempt's end at what the provider said it cost, with its usage.
+    fn attempt_end(
+        &self,
+        a: &Attempt,
+        f: &Finished,
+        how: AttemptEnd,
+        error: Option<(&str, &str)>,
+    ) -> Op {
+        let (class, message) = error.map_or((None, ""), |(c, m)| (Some(c), m));
+        let mut outcome = ended(how, class, message, f.cost, duration_ms(a));
+        outcome.usage = Some(f.usage.clone());
+        end(a.id, outcome)
+    }
+
+    /// An output that is not an image or clip we serve: not stored, and
+    /// the attempt failed at what it cost.
+    fn invalid_output(
+        &mut self,
+        a: &Attempt,
+        f: &Finished,
+        record: bool,
+        claimed: &str,
+    ) -> Generated {
+        let claimed: String = claimed.chars().take(100).collect();
+        let message = format!("the output is not an image or clip we serve (it said {claimed:?})");
+        if record {
+            let op = self.attempt_end(a, f, AttemptEnd::Failed, Some(("invalid_output", &message)));
+            self.run.defer(op);
+        }
+        failure(
+            "INVALID_OUTPUT",
+            format!("The provider returned something that is not an image or clip ({claimed:?}); it was not stored. Your credits were refunded."),
+        )
+    }
+
+    /// Keeps a fetched output at the job's key (put-if-absent): stored, or
+    /// another job's output already there, or parked when our store will
+    /// not keep it.
+    async fn keep_output(
+        &mut self,
+        spec: &ModelSpec,
+        a: &Attempt,
+        bytes: Vec<u8>,
+        content_type: &str,
+    ) -> StoreResult<Generated> {
+        let meta = NewObjectMeta {
+            written_by: self.written_by(),
+            provider: Some(spec.provider_name().into()),
+            content_type: content_type.to_string(),
+        };
+        let size = bytes.len() as u64;
+        let bytes = bytes::Bytes::from(bytes);
+        let put = match self.store_output(spec, &bytes, &meta).await {
+            Stored::Put(put) => put,
+            Stored::Released => return Ok(Generated::Released),
+            Stored::Failed(why) => {
+                return Ok(Generated::Parked(NewParked {
+                    deliveries: STORE_TRIES as i32,
+                    ..parked(
+                        ParkedStage::DeliveryExhausted,
+                        spec,
+                        a,
+                        json!({"reason": "The output was fetched from the provider, but our object store would not keep it.", "last_error": why}),
+                    )
+                }))
+            }
+        };
+        if let PutOutcome::Created = put {
+            self.run.keep_stored_output(self.key.as_str(), bytes);
+        }
+        Ok(match put {
+            PutOutcome::Exists(m) if m.written_by != self.written_by() => failure(
+                "OUTPUT_KEY_CONFLICT",
+                "Another job's output is stored where this one's belongs.",
+            ),
+            PutOutcome::Created | PutOutcome::Exists(_) => Generated::Stored(StoredOutput {
+                key: self.key.as_str().to_string(),
+                content_type: content_type.to_string(),
+                bytes: size,
+                attempt_no: Some(a.attempt_no),
+                model: Some(spec.id.clone()),
+            }),
+        })
     }
 
     /// Writes the output at the job's key, put-if-absent, a bounded number
@@ -654,41 +695,13 @@ impl Runner<'_, '_> {
                 }
                 Ok(Poll::Succeeded(f)) => return Ok(Attempted::Succeeded(f)),
                 Ok(Poll::Failed(e)) => return Ok(Attempted::Failed(e)),
-                // The prediction was accepted and may be billed in full;
-                // refused status checks prove nothing about it.
                 Err(e) if e.class == ErrorClass::Auth => {
-                    return Ok(Attempted::Parked(NewParked {
-                        polls,
-                        ..parked(
-                            ParkedStage::PollingExhausted,
-                            spec,
-                            a,
-                            json!({
-                                "reason": "The provider refused our credentials while we checked an accepted prediction; it may still be billed.",
-                                "last_error": e.message,
-                            }),
-                        )
-                    }))
+                    return Ok(Attempted::Parked(checks_refused(spec, a, polls, &e)))
                 }
-                // A reviewer resumed checks on an id the provider does not
-                // know (a mistyped reconcile, or one it forgot): back to the
-                // stage where the right one can be attached, at once.
                 Err(e) if e.class == ErrorClass::NotFound && self.resumed_until.is_some() => {
-                    return Ok(Attempted::Parked(NewParked {
-                        polls,
-                        provider_job_id: None,
-                        ..parked(
-                            ParkedStage::SubmissionUncertain,
-                            spec,
-                            a,
-                            json!({
-                                "reason": format!("The provider does not know the job {id} that status checks resumed for; find the prediction made under our idempotency key and reconcile again."),
-                                "unknown_provider_job_id": id,
-                                "idempotency_key": a.idempotency_key,
-                                "last_error": e.message,
-                            }),
-                        )
-                    }))
+                    return Ok(Attempted::Parked(unknown_to_provider(
+                        spec, a, polls, id, &e,
+                    )))
                 }
                 Err(e) => {
                     if let Some(after) = e.retry_after {
@@ -698,18 +711,9 @@ impl Runner<'_, '_> {
                 }
             }
             if Utc::now() > deadline {
-                return Ok(Attempted::Parked(NewParked {
-                    polls,
-                    ..parked(
-                        ParkedStage::PollingExhausted,
-                        spec,
-                        a,
-                        json!({
-                            "reason": format!("No final status after {polls} status checks ({} s of polling allowed).", spec.poll_timeout.as_secs()),
-                            "last_error": last_error,
-                        }),
-                    )
-                }));
+                return Ok(Attempted::Parked(polling_exhausted(
+                    spec, a, polls, last_error,
+                )));
             }
         }
     }
@@ -717,78 +721,19 @@ impl Runner<'_, '_> {
     /// An attempt that may have been accepted without an answer.
     async fn recover_uncertain(&mut self, spec: &ModelSpec, a: &Attempt) -> StoreResult<Attempted> {
         let mut a = a.clone();
-        let mut delays = backoff(spec);
-        let mut last = String::from("no answer");
-        if spec.idempotency {
-            // The provider deduplicates: the same key cannot be paid twice.
-            for _ in 0..RECOVERY_TRIES {
-                let input = self.input(spec).await?;
-                let sent = self
-                    .provider(spec)
-                    .submit(spec, &input, &a.idempotency_key)
-                    .await;
-                drop(input);
-                match sent {
-                    Ok(Submission::Accepted { provider_job_id }) => {
-                        self.accepted(&mut a, provider_job_id.clone()).await?;
-                        return self.follow(spec, &a, &provider_job_id).await;
-                    }
-                    Ok(Submission::Finished(f)) => return Ok(Attempted::Succeeded(f)),
-                    Err(e)
-                        if matches!(
-                            e.class,
-                            ErrorClass::Uncertain
-                                | ErrorClass::RateLimited
-                                | ErrorClass::Unavailable
-                        ) =>
-                    {
-                        last = e.message;
-                        let d = e
-                            .retry_after
-                            .unwrap_or_else(|| delays.next().unwrap_or(spec.backoff_max));
-                        if self.run.pause(d).await {
-                            return Ok(Attempted::Released);
-                        }
-                    }
-                    // A refusal of the re-send proves nothing about the
-                    // first send, which may have been accepted and paid.
-                    Err(e) => {
-                        last = format!(
-                            "the re-send was refused ({}): {}",
-                            e.class.as_str(),
-                            e.message
-                        );
-                        break;
-                    }
-                }
-            }
+        let found = if spec.idempotency {
+            self.resend_under_key(spec, &mut a).await?
         } else if spec.lookup {
-            for _ in 0..RECOVERY_TRIES {
-                match self.provider(spec).lookup(spec, &a.idempotency_key).await {
-                    Ok(Lookup::Found(provider_job_id)) => {
-                        self.accepted(&mut a, provider_job_id.clone()).await?;
-                        return self.follow(spec, &a, &provider_job_id).await;
-                    }
-                    // The provider says it made nothing under our key:
-                    // nothing was charged, and a new attempt is safe.
-                    Ok(Lookup::NotFound) => {
-                        return Ok(Attempted::Failed(ProviderError::new(
-                            ErrorClass::Timeout,
-                            "no answer, and the provider has no prediction under our key",
-                            Cost::Nothing,
-                        )))
-                    }
-                    Ok(Lookup::Unclear(why)) => last = format!("the look-up proved nothing: {why}"),
-                    Err(e) => last = e.message,
-                }
-                let d = delays.next().unwrap_or(spec.backoff_max);
-                if self.run.pause(d).await {
-                    return Ok(Attempted::Released);
-                }
-            }
+            self.look_up_by_key(spec, &mut a).await?
         } else {
-            last = "the provider can neither deduplicate a re-send nor be asked by our key".into();
-        }
+            ControlFlow::Continue(
+                "the provider can neither deduplicate a re-send nor be asked by our key".into(),
+            )
+        };
+        let last = match found {
+            ControlFlow::Break(attempted) => return Ok(attempted),
+            ControlFlow::Continue(last) => last,
+        };
         // Nothing may be re-sent blindly.
         Ok(match spec.on_uncertain {
             OnUncertain::Park => Attempted::Parked(parked(
@@ -805,6 +750,95 @@ impl Runner<'_, '_> {
                 "The provider may have accepted the request but never answered ({last}); by this model's policy the job is refunded."
             )),
         })
+    }
+
+    /// The provider deduplicates: the same key cannot be paid twice, so the
+    /// request is sent again under it. Breaks with what the attempt came
+    /// to; continues with why nothing was proved.
+    async fn resend_under_key(
+        &mut self,
+        spec: &ModelSpec,
+        a: &mut Attempt,
+    ) -> StoreResult<ControlFlow<Attempted, String>> {
+        let mut delays = backoff(spec);
+        let mut last = String::from("no answer");
+        for _ in 0..RECOVERY_TRIES {
+            let input = self.input(spec).await?;
+            let sent = self
+                .provider(spec)
+                .submit(spec, &input, &a.idempotency_key)
+                .await;
+            drop(input);
+            let e = match sent {
+                Ok(Submission::Accepted { provider_job_id }) => {
+                    self.accepted(a, provider_job_id.clone()).await?;
+                    return Ok(ControlFlow::Break(
+                        self.follow(spec, a, &provider_job_id).await?,
+                    ));
+                }
+                Ok(Submission::Finished(f)) => {
+                    return Ok(ControlFlow::Break(Attempted::Succeeded(f)))
+                }
+                Err(e) => e,
+            };
+            if !matches!(
+                e.class,
+                ErrorClass::Uncertain | ErrorClass::RateLimited | ErrorClass::Unavailable
+            ) {
+                // A refusal of the re-send proves nothing about the first
+                // send, which may have been accepted and paid.
+                let why = format!(
+                    "the re-send was refused ({}): {}",
+                    e.class.as_str(),
+                    e.message
+                );
+                return Ok(ControlFlow::Continue(why));
+            }
+            last = e.message;
+            let d = e
+                .retry_after
+                .unwrap_or_else(|| delays.next().unwrap_or(spec.backoff_max));
+            if self.run.pause(d).await {
+                return Ok(ControlFlow::Break(Attempted::Released));
+            }
+        }
+        Ok(ControlFlow::Continue(last))
+    }
+
+    /// The provider can be asked what it made under our key.
+    async fn look_up_by_key(
+        &mut self,
+        spec: &ModelSpec,
+        a: &mut Attempt,
+    ) -> StoreResult<ControlFlow<Attempted, String>> {
+        let mut delays = backoff(spec);
+        let mut last = String::from("no answer");
+        for _ in 0..RECOVERY_TRIES {
+            match self.provider(spec).lookup(spec, &a.idempotency_key).await {
+                Ok(Lookup::Found(provider_job_id)) => {
+                    self.accepted(a, provider_job_id.clone()).await?;
+                    return Ok(ControlFlow::Break(
+                        self.follow(spec, a, &provider_job_id).await?,
+                    ));
+                }
+                // The provider says it made nothing under our key: nothing
+                // was charged, and a new attempt is safe.
+                Ok(Lookup::NotFound) => {
+                    return Ok(ControlFlow::Break(Attempted::Failed(ProviderError::new(
+                        ErrorClass::Timeout,
+                        "no answer, and the provider has no prediction under our key",
+                        Cost::Nothing,
+                    ))))
+                }
+                Ok(Lookup::Unclear(why)) => last = format!("the look-up proved nothing: {why}"),
+                Err(e) => last = e.message,
+            }
+            let d = delays.next().unwrap_or(spec.backoff_max);
+            if self.run.pause(d).await {
+                return Ok(ControlFlow::Break(Attempted::Released));
+            }
+        }
+        Ok(ControlFlow::Continue(last))
     }
 
     /// Records an attempt's outcome with the next commit. `Some` ends the
@@ -1014,9 +1048,67 @@ impl Runner<'_, '_> {
         })
     }
 
+    /// One paid attempt of `spec`, written down before it is sent (rule 7)
+    /// and only if the day can hold it (rule 11), then followed to its end.
+    async fn try_once(
+        &mut self,
+        spec: &ModelSpec,
+        previous: &mut Vec<Attempt>,
+    ) -> StoreResult<Tried> {
+        if self.run.stopping() {
+            return Ok(Tried::Settled(Generated::Released));
+        }
+        let attempt_no = previous
+            .iter()
+            .map(|a| a.attempt_no)
+            .max()
+            .unwrap_or(0)
+            .max(self.run.attempt_floor)
+            + 1;
+        self.run.attempt_floor = attempt_no;
+        let Some(mut a) = self.begin(spec, attempt_no).await? else {
+            return Ok(Tried::Settled(failure(
+                "SPENDING_PAUSED",
+                "Spending is paused for today; your credits were refunded. Please try again later.",
+            )));
+        };
+        previous.push(a.clone());
+        let input = self.input(spec).await?;
+        let sent = self
+            .provider(spec)
+            .submit(spec, &input, &a.idempotency_key)
+            .await;
+        drop(input);
+        let attempted = match sent {
+            Ok(Submission::Finished(f)) => Attempted::Succeeded(f),
+            Ok(Submission::Accepted { provider_job_id }) => {
+                self.accepted(&mut a, provider_job_id.clone()).await?;
+                self.follow(spec, &a, &provider_job_id).await?
+            }
+            Err(e) if e.class == ErrorClass::Uncertain => self.recover_uncertain(spec, &a).await?,
+            Err(e) => Attempted::Failed(e),
+        };
+        let failed = match &attempted {
+            Attempted::Failed(e) => Some(e.clone()),
+            _ => None,
+        };
+        if let Some(done) = self.conclude(spec, &a, attempted).await? {
+            return Ok(Tried::Settled(done));
+        }
+        Ok(match failed {
+            Some(e) => Tried::Failed(e, Box::new(a)),
+            None => Tried::Again,
+        })
+    }
+
     /// The chain: each model's remaining attempts, then the next model where
     /// the policy allows it. `previous` are the job's attempts so far (only
     /// how many there are, and of which model, is used).
+    ///
+    /// Long on purpose: one loop whose state (attempts used per model, the
+    /// last failure and its attempt, the backoff) spans retry, fallback and
+    /// the park-on-failure policy; one attempt (`try_once`) and the park
+    /// (`parked_by_policy`) are already apart.
     async fn chain(
         &mut self,
         chain: &[ModelSpec],
@@ -1038,54 +1130,18 @@ impl Runner<'_, '_> {
             let mut delays = backoff(spec);
             let mut leave = FallbackReason::Exhausted;
             while used < spec.attempts {
-                if self.run.stopping() {
-                    return Ok(Generated::Released);
-                }
-                let attempt_no = previous
-                    .iter()
-                    .map(|a| a.attempt_no)
-                    .max()
-                    .unwrap_or(0)
-                    .max(self.run.attempt_floor)
-                    + 1;
-                self.run.attempt_floor = attempt_no;
-                // Rule 11: no call is sent that the day cannot hold.
-                let Some(mut a) = self.begin(spec, attempt_no).await? else {
-                    return Ok(failure(
-                        "SPENDING_PAUSED",
-                        "Spending is paused for today; your credits were refunded. Please try again later.",
-                    ));
-                };
-                used += 1;
-                previous.push(a.clone());
-                let input = self.input(spec).await?;
-                let sent = self
-                    .provider(spec)
-                    .submit(spec, &input, &a.idempotency_key)
-                    .await;
-                drop(input);
-                let attempted = match sent {
-                    Ok(Submission::Finished(f)) => Attempted::Succeeded(f),
-                    Ok(Submission::Accepted { provider_job_id }) => {
-                        self.accepted(&mut a, provider_job_id.clone()).await?;
-                        self.follow(spec, &a, &provider_job_id).await?
+                let (error, a) = match self.try_once(spec, &mut previous).await? {
+                    Tried::Settled(done) => return Ok(done),
+                    Tried::Again => {
+                        used += 1;
+                        continue;
                     }
-                    Err(e) if e.class == ErrorClass::Uncertain => {
-                        self.recover_uncertain(spec, &a).await?
+                    Tried::Failed(error, a) => {
+                        used += 1;
+                        (error, a)
                     }
-                    Err(e) => Attempted::Failed(e),
                 };
-                let failed = match &attempted {
-                    Attempted::Failed(e) => Some(e.clone()),
-                    _ => None,
-                };
-                if let Some(done) = self.conclude(spec, &a, attempted).await? {
-                    return Ok(done);
-                }
-                let Some(error) = failed else {
-                    continue;
-                };
-                failed_last = Some((i, a.clone()));
+                failed_last = Some((i, (*a).clone()));
                 let can_leave =
                     |r: FallbackReason| i + 1 < chain.len() && chain[0].fallback_on.contains(&r);
                 match error.class {
@@ -1122,21 +1178,8 @@ impl Runner<'_, '_> {
             }
             tracing::info!(%job, from = %spec.id, to = %chain[i + 1].id, reason = ?leave, "falling back to the next model");
         }
-        // The provider said it failed and the model's policy is to park:
-        // a reviewer accepts the failure or orders a new attempt.
-        if let (Some(e), Some((i, a))) = (&last, &failed_last) {
-            let spec = &chain[*i];
-            if e.class == ErrorClass::Failed && spec.on_failure == OnFailure::Park {
-                return Ok(Generated::Parked(parked(
-                    ParkedStage::GenerationFailed,
-                    spec,
-                    a,
-                    json!({
-                        "reason": "The provider reported the generation failed; by this model's policy a reviewer decides what happens next.",
-                        "last_error": e.message,
-                    }),
-                )));
-            }
+        if let Some(parked) = parked_by_policy(chain, last.as_ref(), failed_last.as_ref()) {
+            return Ok(Generated::Parked(parked));
         }
         Ok(match last {
             Some(e) => stop(&e),
@@ -1146,6 +1189,103 @@ impl Runner<'_, '_> {
             ),
         })
     }
+}
+
+/// The prediction was accepted and may be billed in full; refused status
+/// checks prove nothing about it.
+fn checks_refused(spec: &ModelSpec, a: &Attempt, polls: i32, e: &ProviderError) -> NewParked {
+    NewParked {
+        polls,
+        ..parked(
+            ParkedStage::PollingExhausted,
+            spec,
+            a,
+            json!({
+                "reason": "The provider refused our credentials while we checked an accepted prediction; it may still be billed.",
+                "last_error": e.message,
+            }),
+        )
+    }
+}
+
+/// A reviewer resumed checks on an id the provider does not know (a
+/// mistyped reconcile, or one it forgot): back to the stage where the
+/// right one can be attached.
+fn unknown_to_provider(
+    spec: &ModelSpec,
+    a: &Attempt,
+    polls: i32,
+    id: &str,
+    e: &ProviderError,
+) -> NewParked {
+    NewParked {
+        polls,
+        provider_job_id: None,
+        ..parked(
+            ParkedStage::SubmissionUncertain,
+            spec,
+            a,
+            json!({
+                "reason": format!("The provider does not know the job {id} that status checks resumed for; find the prediction made under our idempotency key and reconcile again."),
+                "unknown_provider_job_id": id,
+                "idempotency_key": a.idempotency_key,
+                "last_error": e.message,
+            }),
+        )
+    }
+}
+
+/// No final status within the polling time.
+fn polling_exhausted(
+    spec: &ModelSpec,
+    a: &Attempt,
+    polls: i32,
+    last_error: Option<String>,
+) -> NewParked {
+    NewParked {
+        polls,
+        ..parked(
+            ParkedStage::PollingExhausted,
+            spec,
+            a,
+            json!({
+                "reason": format!("No final status after {polls} status checks ({} s of polling allowed).", spec.poll_timeout.as_secs()),
+                "last_error": last_error,
+            }),
+        )
+    }
+}
+
+/// What one attempt of the chain came to.
+enum Tried {
+    /// The job's generate step ended (or the run was released).
+    Settled(Generated),
+    /// It failed in a way the chain may retry, and this is why.
+    Failed(ProviderError, Box<Attempt>),
+    /// It ended without settling the step or failing: try again.
+    Again,
+}
+
+/// The provider said it failed and the model's policy is to park: a
+/// reviewer accepts the failure or orders a new attempt.
+fn parked_by_policy(
+    chain: &[ModelSpec],
+    last: Option<&ProviderError>,
+    failed_last: Option<&(usize, Attempt)>,
+) -> Option<NewParked> {
+    let (e, (i, a)) = (last?, failed_last?);
+    let spec = &chain[*i];
+    (e.class == ErrorClass::Failed && spec.on_failure == OnFailure::Park).then(|| {
+        parked(
+            ParkedStage::GenerationFailed,
+            spec,
+            a,
+            json!({
+                "reason": "The provider reported the generation failed; by this model's policy a reviewer decides what happens next.",
+                "last_error": e.message,
+            }),
+        )
+    })
 }
 
 fn duration_ms(a: &Attempt) -> i64 {

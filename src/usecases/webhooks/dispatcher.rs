@@ -9,11 +9,11 @@
 //! reads what the outbox holds. A crash between a post and its record
 //! sends it again with the same id when the lease runs out (at least once).
 
-use super::guard::GuardedResolver;
 use super::signing;
-use crate::store::{ClaimedDelivery, DeliveryOutcome};
+use crate::net::guard::GuardedResolver;
+use crate::store::{ClaimedDelivery, Delivery, DeliveryOutcome};
 use crate::Tollgate;
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use rand::Rng;
 use std::sync::Arc;
 use std::time::Duration;
@@ -143,7 +143,26 @@ pub async fn deliver(t: &Tollgate, http: &reqwest::Client, c: ClaimedDelivery) {
         Ok((url, _)) => post(http, url, &d.webhook_id, timestamp, &signature, &d.body).await,
     };
     let now = Utc::now();
-    let outcome = match (posted.status, &posted.error) {
+    let outcome = outcome(t, d, posted, now);
+    match t
+        .store()
+        .finish_delivery(d.id, c.claim_token, &outcome, now)
+        .await
+    {
+        Ok(true) => {}
+        // Another dispatcher took it over (our lease ran out): it will post
+        // and record it; ours was at-least-once.
+        Ok(false) => tracing::info!(delivery = %d.id, "a delivery's claim moved on"),
+        Err(e) => tracing::warn!(delivery = %d.id, error = %e, "recording a delivery failed"),
+    }
+}
+
+/// What a post came to: delivered, tried again after the schedule's next
+/// delay (jittered, and no sooner than the receiver's `Retry-After` asks,
+/// within reason), or dead when the schedule is spent or the receiver
+/// answered 410.
+fn outcome(t: &Tollgate, d: &Delivery, posted: Posted, now: DateTime<Utc>) -> DeliveryOutcome {
+    match (posted.status, &posted.error) {
         (Some(s), None) => DeliveryOutcome::Delivered {
             status: i32::from(s),
         },
@@ -176,17 +195,6 @@ pub async fn deliver(t: &Tollgate, http: &reqwest::Client, c: ClaimedDelivery) {
                 None => DeliveryOutcome::Dead { status, error },
             }
         }
-    };
-    match t
-        .store()
-        .finish_delivery(d.id, c.claim_token, &outcome, now)
-        .await
-    {
-        Ok(true) => {}
-        // Another dispatcher took it over (our lease ran out): it will post
-        // and record it; ours was at-least-once.
-        Ok(false) => tracing::info!(delivery = %d.id, "a delivery's claim moved on"),
-        Err(e) => tracing::warn!(delivery = %d.id, error = %e, "recording a delivery failed"),
     }
 }
 

@@ -12,8 +12,8 @@
 //! answers them with the first's job, or a conflict), so a client that
 //! retries a timed-out submission is never refused for it.
 
-use crate::error::{Error, Result};
 use crate::model::{UserId, WebhookEndpointId};
+use crate::usecases::error::{Error, Result};
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use std::collections::HashSet;

@@ -3,9 +3,11 @@
 //! transaction, cancel, and the one refund. A new job is handed to
 //! execution by id only (a doorbell); nothing runs jobs yet.
 
-use crate::error::{Error, Result};
 use crate::model::{parse_request, quote, JobId, JobRequest, Quote, Role};
-use crate::store::{Job, JobCursor, JobEvent, JobFilter, NewJob, StoreError, Submitted, User};
+use crate::store::{
+    Attempt, Job, JobCursor, JobEvent, JobFilter, NewJob, StoreError, Submitted, User,
+};
+use crate::usecases::error::{Error, Result};
 use crate::Tollgate;
 use base64::Engine as _;
 use chrono::{DateTime, Duration, Utc};
@@ -48,7 +50,7 @@ fn invalid(errors: crate::model::FieldErrors) -> Error {
 /// admission lives.
 pub(crate) enum Admitted<'a> {
     Replay(Box<Submission>),
-    Go(crate::limits::Admission<'a>),
+    Go(crate::usecases::limits::Admission<'a>),
 }
 
 /// Whether a submission made a job or found the one made under its key.
@@ -294,6 +296,12 @@ impl Tollgate {
     /// The timeline. Reviewers and admins read all of it; the job's owner
     /// reads that a decision was made and what it was, not the reviewers'
     /// names, notes or evidence (internal to the studio).
+    /// A job's attempts, oldest first, for someone who may see the job.
+    pub async fn job_attempts(&self, viewer: &User, id: JobId) -> Result<Vec<Attempt>> {
+        self.visible_job(viewer, id).await?;
+        Ok(self.store().attempts(id).await?)
+    }
+
     pub async fn job_events(&self, viewer: &User, id: JobId) -> Result<Vec<JobEvent>> {
         self.visible_job(viewer, id).await?;
         let events = self.store().job_events(id).await?;

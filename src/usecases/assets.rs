@@ -3,10 +3,10 @@
 //! image is decoded (a decompression bomb is refused), and the original is
 //! stored privately under a content-addressed key.
 
-use crate::error::{Error, Result};
 use crate::model::{AssetId, Role, UserId};
 use crate::storage::{NewObjectMeta, ObjectBody, ObjectKey, PutOutcome};
 use crate::store::{Asset, User};
+use crate::usecases::error::{Error, Result};
 use crate::Tollgate;
 use bytes::Bytes;
 use chrono::Utc;
@@ -109,7 +109,10 @@ impl Tollgate {
     /// A place to receive one upload of `user`'s, taken before its body is
     /// read: 429 when they already send a few, a wait when the node reads
     /// many bodies at once (issue 29, 9). Held until the upload is stored.
-    pub async fn begin_upload(&self, user: &User) -> Result<crate::limits::UploadSlot<'_>> {
+    pub async fn begin_upload(
+        &self,
+        user: &User,
+    ) -> Result<crate::usecases::limits::UploadSlot<'_>> {
         self.inner_upload_slots().begin(user.id).await
     }
 

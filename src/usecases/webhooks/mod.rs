@@ -2,19 +2,18 @@
 //! with a secret shown once, rotation (both secrets sign for 24 hours), the
 //! account secret for a job's own `webhook_url`, deliveries and replays.
 //! The outbox rows are written by the store in the transaction of the state
-//! change they announce; `dispatcher` claims and posts them; `guard` keeps
-//! every request out of our own network; `signing` is Standard Webhooks.
+//! change they announce (the envelope comes from `wire`); `dispatcher`
+//! claims and posts them; the address guard (`net::guard`) keeps every
+//! request out of our own network; `signing` is Standard Webhooks.
 
 pub mod dispatcher;
-pub mod guard;
 pub mod signing;
 
-use crate::api::objects::JobObject;
-use crate::error::{Error, Result};
 use crate::model::{DeliveryId, DeliveryState, Role, WebhookEndpointId, WebhookEvent};
 use crate::store::{
-    Attempt, Delivery, DeliveryFilter, Job, NewWebhookEndpoint, User, WebhookEndpoint,
+    Delivery, DeliveryFilter, NewWebhookEndpoint, User, WebhookEndpoint, WebhookStats,
 };
+use crate::usecases::error::{Error, Result};
 use crate::Tollgate;
 use chrono::{DateTime, Utc};
 
@@ -26,23 +25,6 @@ pub const DELIVERIES_PAGE_MAX: i64 = 100;
 /// Deliveries one replay-since action covers at most.
 pub const REPLAY_MAX: i64 = 1000;
 
-/// The envelope a delivery sends, fixed when the state change is stored:
-/// `{"type", "timestamp", "data": <job object>}`.
-pub fn envelope(
-    event: WebhookEvent,
-    job: &Job,
-    attempts: &[Attempt],
-    lineage: Option<&crate::model::LineageState>,
-    at: DateTime<Utc>,
-) -> String {
-    serde_json::json!({
-        "type": event.as_str(),
-        "timestamp": at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
-        "data": JobObject::new(job, attempts, lineage),
-    })
-    .to_string()
-}
-
 /// A new endpoint as asked for, and the secret shown once.
 #[derive(Clone, Debug)]
 pub struct CreatedEndpoint {
@@ -50,7 +32,7 @@ pub struct CreatedEndpoint {
     pub secret: String,
 }
 
-fn refused(field: &str, e: guard::Refused) -> Error {
+fn refused(field: &str, e: crate::net::guard::Refused) -> Error {
     Error::invalid(field, e.to_string())
 }
 
@@ -77,13 +59,8 @@ fn parse_events(raw: &[String]) -> Result<Vec<WebhookEvent>> {
 
 impl Tollgate {
     /// The address guard, with the operator's allowed networks.
-    pub fn webhook_guard(&self) -> guard::Guard {
-        let g = guard::Guard::new(self.config().webhook_allow_networks.clone());
-        if self.config().webhook_allow_public {
-            g
-        } else {
-            g.allowed_networks_only()
-        }
+    pub fn webhook_guard(&self) -> crate::net::guard::Guard {
+        crate::usecases::webhook_guard(self.config())
     }
 
     /// Checks a URL we are asked to call later: its shape, and every
@@ -258,6 +235,25 @@ impl Tollgate {
                 limit,
             })
             .await?)
+    }
+
+    /// The caller's own newest deliveries, whatever their role (the
+    /// Account page shows a person only what was sent for them).
+    pub async fn own_deliveries(&self, viewer: &User, limit: i64) -> Result<Vec<Delivery>> {
+        let filter = DeliveryFilter {
+            user: Some(viewer.id),
+            limit: limit.clamp(1, DELIVERIES_PAGE_MAX),
+            ..Default::default()
+        };
+        Ok(self.store().list_deliveries(&filter).await?)
+    }
+
+    /// Deliveries by state, and the endpoints failing, for the admin page.
+    pub async fn webhook_stats(&self, admin: &User) -> Result<WebhookStats> {
+        if !admin.role.allows(Role::Admin) {
+            return Err(Error::Forbidden);
+        }
+        Ok(self.store().webhook_stats().await?)
     }
 
     /// Replays one delivered or dead delivery (admins): the same webhook-id

@@ -20,9 +20,9 @@
 //! object. Money is never purged: jobs, attempts, the ledger and
 //! decisions stay. `now` is a parameter so tests can age things.
 
-use crate::error::{Error, Result};
 use crate::model::{AssetId, JobRequest, UserId};
 use crate::storage::ObjectKey;
+use crate::usecases::error::{Error, Result};
 use crate::Tollgate;
 use chrono::{DateTime, Duration, Utc};
 use std::collections::HashMap;

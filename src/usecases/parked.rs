@@ -4,15 +4,15 @@
 //! and everything it does are written by the store in one transaction. The
 //! reviewer is always the caller, never a field of the request.
 
-use crate::error::{Error, Result};
 use crate::model::{
     DecisionId, JobId, JobStatus, ParkedId, ParkedStage, ParkedState, ReviewAction, Role, Usd,
 };
 use crate::providers::{ErrorClass, Poll};
 use crate::store::{
     Attempt, Decided, Decision, JobEvent, NewDecision, Parked, ParkedCount, ParkedCursor,
-    ParkedFilter, ParkedSort, User,
+    ParkedFilter, ParkedSort, Remedy, User,
 };
+use crate::usecases::error::{Error, Result};
 use crate::Tollgate;
 use base64::Engine as _;
 use chrono::{DateTime, Utc};
@@ -269,6 +269,11 @@ impl Tollgate {
         })
     }
 
+    /// The decisions recorded on one parked record, oldest first.
+    pub async fn decisions(&self, id: ParkedId) -> Result<Vec<Decision>> {
+        Ok(self.store().decisions(id).await?)
+    }
+
     /// A job's record that is not closed, if any (the end user's view).
     pub async fn parked_of_job(&self, job: JobId) -> Result<Vec<Parked>> {
         Ok(self.store().parked_of_job(job).await?)
@@ -293,46 +298,42 @@ impl Tollgate {
             )
         })?;
         let evidence = checked_text("evidence", &req.evidence, EVIDENCE_LEN_MAX)?;
+        refuse_stray_fields(action, req)?;
         let record = self
             .store()
             .parked(id)
             .await?
             .ok_or(Error::NotFound("parked record"))?;
-        let mut d = NewDecision {
+        let decided_at = Utc::now();
+        let remedy = self.remedy(action, req, &record, decided_at).await?;
+        let d = NewDecision {
             id: DecisionId::new(),
             parked_id: id,
-            action,
             evidence,
             reviewer: reviewer.id,
-            decided_at: Utc::now(),
-            refund: None,
-            release_hold: None,
-            provider_job_id: None,
-            recovery_deadline: None,
-            new_job: None,
-            failure: None,
-            reconciled_evidence: None,
+            decided_at,
+            remedy,
         };
-        // Each field belongs to one action: anything else is refused, so a
-        // decision records exactly what was decided.
-        let stray = |field: &str| {
-            Error::invalid(
-                field,
-                format!("does not belong to the {} action", action.as_str()),
-            )
-        };
-        if action != ReviewAction::Reconcile && req.provider_job_id.is_some() {
-            return Err(stray("provider_job_id"));
-        }
-        if action != ReviewAction::AcceptFailure {
-            if req.refund.is_some() {
-                return Err(stray("refund"));
+        let decided = self.store().decide(&d).await?;
+        if let Decided::Created(_) = decided {
+            if action.is_recovery() || action == ReviewAction::NewAttempt {
+                self.doorbell().notify_one();
             }
-            if req.release_hold.is_some() {
-                return Err(stray("release_hold"));
-            }
+            tracing::info!(parked = %id, action = action.as_str(), reviewer = %reviewer.email.as_str(), "decision recorded");
         }
-        match action {
+        decision_outcome(action, decided)
+    }
+
+    /// The request as the one action it names, with that action's
+    /// parameters checked (a reconcile's id with the provider too).
+    async fn remedy(
+        &self,
+        action: ReviewAction,
+        req: &DecisionRequest,
+        record: &Parked,
+        decided_at: DateTime<Utc>,
+    ) -> Result<Remedy> {
+        Ok(match action {
             ReviewAction::Reconcile => {
                 let raw = req.provider_job_id.as_deref().unwrap_or("").trim();
                 if !crate::model::is_plain_provider_job_id(raw) {
@@ -341,108 +342,36 @@ impl Tollgate {
                         format!("the provider's job id: 1 to {PROVIDER_JOB_ID_LEN_MAX} letters, digits, '-', '_' or '.'"),
                     ));
                 }
-                let seen = self.reconcile_check(&record, raw).await?;
-                d.provider_job_id = Some(raw.to_string());
-                d.reconciled_evidence = Some(reconciled_evidence(&record.evidence, raw, &seen));
-            }
-            ReviewAction::ResumePoll => {
-                // Status checks resume for the model's own polling time.
-                let timeout = record
-                    .model
-                    .as_deref()
-                    .and_then(|m| self.models().get(m))
-                    .map(|spec| spec.poll_timeout)
-                    .unwrap_or(std::time::Duration::from_secs(600));
-                d.recovery_deadline = Some(
-                    d.decided_at
-                        + chrono::Duration::from_std(timeout)
-                            .unwrap_or(chrono::Duration::minutes(10)),
-                );
-            }
-            ReviewAction::RetryDelivery => {}
-            ReviewAction::AcceptFailure => {
-                if record.job_status == JobStatus::Cancelled && req.refund == Some(false) {
-                    return Err(Error::invalid(
-                        "refund",
-                        "the owner cancelled this job and got their credits back then; refund must be true",
-                    ));
+                let seen = self.reconcile_check(record, raw).await?;
+                Remedy::Reconcile {
+                    provider_job_id: raw.to_string(),
+                    evidence: reconciled_evidence(&record.evidence, raw, &seen),
                 }
-                let (Some(refund), Some(release_hold)) = (req.refund, req.release_hold) else {
-                    let missing = if req.refund.is_none() {
-                        "refund"
-                    } else {
-                        "release_hold"
-                    };
-                    return Err(Error::invalid(
-                        missing,
-                        "accept_failure records its accounting: say whether to refund the credits (refund) and whether to release the budget hold (release_hold)",
-                    ));
-                };
-                d.refund = Some(refund);
-                d.release_hold = Some(release_hold);
-                d.failure = Some(serde_json::json!({
-                    "code": "FAILED_AFTER_REVIEW",
-                    "message": if refund {
-                        "A reviewer closed this job as failed; your credits were refunded."
-                    } else {
-                        "A reviewer closed this job as failed; the provider may have been paid, so the credits were kept."
-                    },
-                }));
             }
-            ReviewAction::NewAttempt => {
-                d.new_job = Some(JobId::new());
-                d.failure = Some(serde_json::json!({
+            ReviewAction::ResumePoll => Remedy::ResumePoll {
+                deadline: decided_at + self.resumed_polling(record),
+            },
+            ReviewAction::RetryDelivery => Remedy::RetryDelivery,
+            ReviewAction::AcceptFailure => accept_failure(req, record)?,
+            ReviewAction::NewAttempt => Remedy::NewAttempt {
+                new_job: JobId::new(),
+                failure: serde_json::json!({
                     "code": "REPLACED_BY_NEW_ATTEMPT",
                     "message": "A reviewer ordered a new attempt in its place; this job's credits moved to the new one.",
-                }));
-            }
-        }
-        match self.store().decide(&d).await? {
-            Decided::Created(decision) => {
-                if action.is_recovery() || action == ReviewAction::NewAttempt {
-                    self.doorbell().notify_one();
-                }
-                tracing::info!(parked = %id, action = action.as_str(), reviewer = %reviewer.email.as_str(), "decision recorded");
-                Ok((decision, true))
-            }
-            Decided::Existing(decision) => Ok((decision, false)),
-            Decided::Conflict(existing) => Err(Error::Conflict {
-                code: "DECISION_CONFLICT",
-                message: format!(
-                    "this record was already decided ({} by {}); a different decision cannot replace it",
-                    existing.action.as_str(),
-                    existing.reviewer_email.as_str()
-                ),
-            }),
-            Decided::Closed => Err(Error::Conflict {
-                code: "DECISION_CONFLICT",
-                message: "this record is closed: its job ended without a decision".into(),
-            }),
-            Decided::Stale(why) => Err(Error::Conflict {
-                code: "DECISION_CONFLICT",
-                message: format!("the job changed meanwhile ({why}); reload the record"),
-            }),
-            Decided::NotAllowed(stage, job_status) => Err(Error::BadRequest {
-                status: 422,
-                code: "ACTION_NOT_ALLOWED",
-                message: format!(
-                    "{} is not allowed in stage {}{}; allowed: {}",
-                    action.as_str(),
-                    stage.as_str(),
-                    if job_status == JobStatus::Cancelled {
-                        " of a job its owner cancelled"
-                    } else {
-                        ""
-                    },
-                    stage
-                        .allows_for(job_status)
-                        .iter()
-                        .map(|a| a.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-            }),
-        }
+                }),
+            },
+        })
+    }
+
+    /// Status checks resume for the model's own polling time.
+    fn resumed_polling(&self, record: &Parked) -> chrono::Duration {
+        let timeout = record
+            .model
+            .as_deref()
+            .and_then(|m| self.models().get(m))
+            .map(|spec| spec.poll_timeout)
+            .unwrap_or(std::time::Duration::from_secs(600));
+        chrono::Duration::from_std(timeout).unwrap_or(chrono::Duration::minutes(10))
     }
 
     /// Rule 12: a reconcile is checked with the provider where it can be
@@ -606,5 +535,104 @@ pub fn exposure_words(exposure: Usd) -> String {
         "nothing known to be spent".into()
     } else {
         format!("up to {} may have been spent", exposure.dollars())
+    }
+}
+
+/// Each field belongs to one action: anything else is refused, so a
+/// decision records exactly what was decided.
+fn refuse_stray_fields(action: ReviewAction, req: &DecisionRequest) -> Result<()> {
+    let stray = |field: &str| {
+        Err(Error::invalid(
+            field,
+            format!("does not belong to the {} action", action.as_str()),
+        ))
+    };
+    if action != ReviewAction::Reconcile && req.provider_job_id.is_some() {
+        return stray("provider_job_id");
+    }
+    if action != ReviewAction::AcceptFailure {
+        if req.refund.is_some() {
+            return stray("refund");
+        }
+        if req.release_hold.is_some() {
+            return stray("release_hold");
+        }
+    }
+    Ok(())
+}
+
+/// `accept_failure` records its accounting: both choices are required, and
+/// a job its owner cancelled was refunded then, so it cannot keep credits.
+fn accept_failure(req: &DecisionRequest, record: &Parked) -> Result<Remedy> {
+    if record.job_status == JobStatus::Cancelled && req.refund == Some(false) {
+        return Err(Error::invalid(
+            "refund",
+            "the owner cancelled this job and got their credits back then; refund must be true",
+        ));
+    }
+    let (Some(refund), Some(release_hold)) = (req.refund, req.release_hold) else {
+        let missing = if req.refund.is_none() {
+            "refund"
+        } else {
+            "release_hold"
+        };
+        return Err(Error::invalid(
+            missing,
+            "accept_failure records its accounting: say whether to refund the credits (refund) and whether to release the budget hold (release_hold)",
+        ));
+    };
+    let message = if refund {
+        "A reviewer closed this job as failed; your credits were refunded."
+    } else {
+        "A reviewer closed this job as failed; the provider may have been paid, so the credits were kept."
+    };
+    Ok(Remedy::AcceptFailure {
+        refund,
+        release_hold,
+        failure: serde_json::json!({"code": "FAILED_AFTER_REVIEW", "message": message}),
+    })
+}
+
+/// What the store's answer means to the reviewer: the decision, or why
+/// it was not made.
+fn decision_outcome(action: ReviewAction, decided: Decided) -> Result<(Decision, bool)> {
+    let conflict = |message: String| Error::Conflict {
+        code: "DECISION_CONFLICT",
+        message,
+    };
+    match decided {
+        Decided::Created(decision) => Ok((decision, true)),
+        Decided::Existing(decision) => Ok((decision, false)),
+        Decided::Conflict(existing) => Err(conflict(format!(
+            "this record was already decided ({} by {}); a different decision cannot replace it",
+            existing.action.as_str(),
+            existing.reviewer_email.as_str()
+        ))),
+        Decided::Closed => Err(conflict(
+            "this record is closed: its job ended without a decision".into(),
+        )),
+        Decided::Stale(why) => Err(conflict(format!(
+            "the job changed meanwhile ({why}); reload the record"
+        ))),
+        Decided::NotAllowed(stage, job_status) => Err(Error::BadRequest {
+            status: 422,
+            code: "ACTION_NOT_ALLOWED",
+            message: format!(
+                "{} is not allowed in stage {}{}; allowed: {}",
+                action.as_str(),
+                stage.as_str(),
+                if job_status == JobStatus::Cancelled {
+                    " of a job its owner cancelled"
+                } else {
+                    ""
+                },
+                stage
+                    .allows_for(job_status)
+                    .iter()
+                    .map(|a| a.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        }),
     }
 }

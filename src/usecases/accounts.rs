@@ -1,10 +1,10 @@
 //! Accounts: first-run setup, users, roles, the disabled flag, passwords and
 //! API tokens. Validation happens here, once, with errors naming the field.
 
-use crate::auth::{hash_password, new_api_token, verify_password};
-use crate::error::{Error, Result};
 use crate::model::{ApiTokenId, Email, Password, Role, UserId};
 use crate::store::{ApiToken, NewApiToken, NewUser, User};
+use crate::usecases::auth::{hash_password, new_api_token, verify_password};
+use crate::usecases::error::{Error, Result};
 use crate::Tollgate;
 use chrono::Utc;
 

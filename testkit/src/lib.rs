@@ -1,14 +1,15 @@
-//! Helpers for tests of this crate and the app: a fresh database on either
+//! Helpers for the tests and benchmarks of the engine and the app (a
+//! dev-only crate: the shipped library carries none of it): a fresh database on either
 //! backend, so every behaviour can be proven on SQLite and on PostgreSQL.
 //!
 //! PostgreSQL tests need `TOLLGATE_TEST_POSTGRES_URL` (a server where the
 //! user may create databases); `scripts/test` starts one and sets it. Each
 //! test gets its own database, so tests never share rows.
 
-use crate::config::Config;
-use crate::store::{Backend, Store};
-use crate::Tollgate;
 use std::path::PathBuf;
+use tollgate::config::Config;
+use tollgate::store::{Backend, Store};
+use tollgate::Tollgate;
 
 pub const POSTGRES_URL_VAR: &str = "TOLLGATE_TEST_POSTGRES_URL";
 
@@ -92,10 +93,10 @@ impl TestDb {
         });
         let bucket = format!("tg-test-{}", uuid::Uuid::new_v4().simple());
         let spec = format!("s3://{bucket}?endpoint={endpoint}");
-        let store = crate::storage::ObjectStore::open(&spec)
+        let store = tollgate::storage::ObjectStore::open(&spec)
             .await
             .expect("opening the test S3 store");
-        let crate::storage::ObjectStore::S3(s3) = &store else {
+        let tollgate::storage::ObjectStore::S3(s3) = &store else {
             panic!("an s3:// spec opened another store");
         };
         s3.client()
@@ -113,7 +114,7 @@ impl TestDb {
     /// Serves the internal operations listener (`/metrics` without a
     /// token) on 127.0.0.1 and a free port; returns its base URL.
     pub async fn serve_ops(&self) -> String {
-        let app = crate::api::internal_router(self.tollgate.clone());
+        let app = tollgate::api::internal_router(self.tollgate.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("binding a test port");
@@ -128,7 +129,8 @@ impl TestDb {
     /// returns its base URL. The server lives as long as the runtime.
     pub async fn serve_api(&self) -> String {
         let t = self.tollgate.clone();
-        let app = crate::api::router(t.clone()).layer(crate::auth::session_layer(&t));
+        let app =
+            tollgate::api::router(t.clone()).layer(tollgate::usecases::auth::session_layer(&t));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("binding a test port");
@@ -204,7 +206,7 @@ macro_rules! both_backends {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
                 async fn $name() {
-                    super::$name($crate::testkit::TestDb::sqlite().await).await;
+                    super::$name($crate::TestDb::sqlite().await).await;
                 }
             )*
         }
@@ -212,7 +214,7 @@ macro_rules! both_backends {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
                 async fn $name() {
-                    super::$name($crate::testkit::TestDb::postgres().await).await;
+                    super::$name($crate::TestDb::postgres().await).await;
                 }
             )*
         }
@@ -230,8 +232,8 @@ pub struct MockServer {
 impl MockServer {
     /// Serves `config` (its `public_base` is set to the server's address).
     /// The panic that drops a connection without an answer is kept quiet.
-    pub async fn start(config: crate::providers::mock::MockConfig) -> MockServer {
-        use crate::providers::mock::{DropConnection, MockConfig, MockProvider};
+    pub async fn start(config: tollgate::providers::mock::MockConfig) -> MockServer {
+        use tollgate::providers::mock::{DropConnection, MockConfig, MockProvider};
         static QUIET: std::sync::Once = std::sync::Once::new();
         QUIET.call_once(|| {
             let default_hook = std::panic::take_hook();

@@ -2,9 +2,9 @@
 //! prefixed, stored only as SHA-256), login rate limits, browser sessions,
 //! and the one guard every route uses to check a role.
 
-use crate::error::{Error, Result};
 use crate::model::{Role, UserId};
 use crate::store::User;
+use crate::usecases::error::{Error, Result};
 use crate::Tollgate;
 use argon2::password_hash::{
     rand_core::OsRng, PasswordHash, PasswordHasher, PasswordVerifier, SaltString,

@@ -1,10 +1,10 @@
 //! The daily breaker's admin side (rule 11): a cap per UTC day, halt and
 //! resume. Reservations and settlement happen in the workflow's steps.
 
-use crate::error::{Error, Result};
 use crate::model::Usd;
 use crate::model::UserId;
 use crate::store::{BudgetChange, BudgetChangeKind, BudgetChangeListed, BudgetDay, Spender};
+use crate::usecases::error::{Error, Result};
 use crate::Tollgate;
 use chrono::{NaiveDate, Utc};
 

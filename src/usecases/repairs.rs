@@ -3,10 +3,10 @@
 //! refunded if it fails, at most two per lineage, made on the version the
 //! person has now; and the lineage they can follow.
 
-use crate::error::{Error, Result};
-use crate::jobs::{check_idempotency_key, Admitted, Submission};
 use crate::model::{parse_repair, quote, JobId, JobKind, JobStatus, LineageState};
 use crate::store::{Job, NewJob, NewRepair, StoreError, Submitted, User};
+use crate::usecases::error::{Error, Result};
+use crate::usecases::jobs::{check_idempotency_key, Admitted, Submission};
 use crate::Tollgate;
 use chrono::Utc;
 use sha2::{Digest, Sha256};
@@ -33,24 +33,7 @@ impl Tollgate {
             message: e.summary(),
             fields: e.0,
         })?;
-        if job.kind != JobKind::ImageEdit {
-            return Err(Error::invalid("job", "only image edits can be repaired"));
-        }
-        if job.status != JobStatus::Succeeded {
-            return Err(Error::invalid(
-                "job",
-                format!(
-                    "only an edit that succeeded can be repaired; this one is {}",
-                    job.status.as_str()
-                ),
-            ));
-        }
-        if job.media_purged_at.is_some() {
-            return Err(Error::invalid(
-                "job",
-                "this edit's photos were removed under the studio's retention policy, so it cannot be repaired; order a new edit",
-            ));
-        }
+        repairable(&job)?;
         // The key is bound to the job named and the instruction.
         let hash = hex::encode(Sha256::digest(
             serde_json::json!({"repair_of": of, "instruction": instruction})
@@ -77,22 +60,11 @@ impl Tollgate {
             root: job.root(),
             instruction,
         };
-        match self.store().submit_repair(&new).await {
-            Ok(Submitted::Created(job)) => {
-                self.doorbell().notify_one();
-                Ok(Submission { job, created: true })
-            }
-            Ok(Submitted::Existing(job)) if job.request_sha256 == hash => Ok(Submission {
-                job,
-                created: false,
-            }),
-            Ok(Submitted::Existing(_)) => Err(Error::Conflict {
-                code: "IDEMPOTENCY_CONFLICT",
-                message: "this Idempotency-Key was used with a different request; use a new key for a new repair".into(),
-            }),
-            Err(StoreError::InsufficientCredits) => Err(Error::InsufficientCredits),
-            Err(e) => Err(e.into()),
+        let submitted = self.store().submit_repair(&new).await;
+        if let Ok(Submitted::Created(_)) = submitted {
+            self.doorbell().notify_one();
         }
+        repair_submission(submitted, &hash)
     }
 
     /// The shared state of an image edit's lineage (a fresh one before its
@@ -118,7 +90,57 @@ impl Tollgate {
             .lineage_state(&job)
             .await?
             .ok_or_else(|| Error::invalid("job", "a video has no lineage"))?;
-        let versions = self.store().lineage_versions(state.root).await?;
+        let versions = self.lineage_versions(&state).await?;
         Ok((state, versions))
+    }
+
+    /// Every version of a lineage, the first edit first. The caller has
+    /// already seen one of its jobs (`visible_job`).
+    pub async fn lineage_versions(&self, state: &LineageState) -> Result<Vec<Job>> {
+        Ok(self.store().lineage_versions(state.root).await?)
+    }
+}
+
+/// Only a succeeded image edit whose photos are still kept is repaired.
+fn repairable(job: &Job) -> Result<()> {
+    if job.kind != JobKind::ImageEdit {
+        return Err(Error::invalid("job", "only image edits can be repaired"));
+    }
+    if job.status != JobStatus::Succeeded {
+        return Err(Error::invalid(
+            "job",
+            format!(
+                "only an edit that succeeded can be repaired; this one is {}",
+                job.status.as_str()
+            ),
+        ));
+    }
+    if job.media_purged_at.is_some() {
+        return Err(Error::invalid(
+            "job",
+            "this edit's photos were removed under the studio's retention policy, so it cannot be repaired; order a new edit",
+        ));
+    }
+    Ok(())
+}
+
+/// The store's answer as the person's: a new repair, the first one again
+/// under the same key and request, or a key reused for another request.
+fn repair_submission(
+    submitted: std::result::Result<Submitted, StoreError>,
+    hash: &str,
+) -> Result<Submission> {
+    match submitted {
+        Ok(Submitted::Created(job)) => Ok(Submission { job, created: true }),
+        Ok(Submitted::Existing(job)) if job.request_sha256 == hash => Ok(Submission {
+            job,
+            created: false,
+        }),
+        Ok(Submitted::Existing(_)) => Err(Error::Conflict {
+            code: "IDEMPOTENCY_CONFLICT",
+            message: "this Idempotency-Key was used with a different request; use a new key for a new repair".into(),
+        }),
+        Err(StoreError::InsufficientCredits) => Err(Error::InsufficientCredits),
+        Err(e) => Err(e.into()),
     }
 }

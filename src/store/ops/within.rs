@@ -1,0 +1,266 @@
+//! The pieces of a write that run inside another write's transaction, in
+//! one leaf module the rest of the store calls (and which calls none of
+//! them back): the charge and the one refund (rules 2 and 3), a lineage's
+//! state and its updates (rule 14), and the outbox rows announcing a job's
+//! new state (rule 13). Each takes the open connection and says how many
+//! statements it ran, for the commit counters.
+
+use super::*;
+use crate::model::{LineageEffect, LineageState, WebhookEvent};
+use crate::store::EnvelopeWriter;
+use chrono::{DateTime, Utc};
+
+pub(super) const LINEAGE_COLUMNS: &str = "root, delivered, repairs_used, stopped";
+
+pub(super) fn lineage_from_row(r: &Row) -> StoreResult<LineageState> {
+    let used: i32 = r.try_get("repairs_used")?;
+    Ok(LineageState {
+        root: JobId(r.try_get("root")?),
+        delivered: JobId(r.try_get("delivered")?),
+        repairs_used: u32::try_from(used).map_err(corrupt)?,
+        stopped: r.try_get("stopped")?,
+    })
+}
+
+/// An image edit's lineage state inside a transaction (a fresh one before
+/// its first repair); `None` for a video.
+pub(super) async fn lineage_in(conn: &mut Conn, job: &Job) -> StoreResult<Option<LineageState>> {
+    if job.kind != JobKind::ImageEdit {
+        return Ok(None);
+    }
+    let row = sqlx::query(&format!(
+        "SELECT {LINEAGE_COLUMNS} FROM lineages WHERE root = $1"
+    ))
+    .bind(job.root().0)
+    .fetch_optional(&mut *conn)
+    .await?;
+    Ok(Some(match row {
+        Some(r) => lineage_from_row(&r)?,
+        None => LineageState::fresh(job.root()),
+    }))
+}
+
+/// With a refund (rule 3): a failed or cancelled repair gives its slot
+/// back, once, since its refund is written once.
+pub(super) async fn free_repair_in(
+    conn: &mut Conn,
+    job: JobId,
+    at: DateTime<Utc>,
+) -> StoreResult<()> {
+    sqlx::query(
+        "UPDATE lineages SET repairs_used = repairs_used - 1, updated_at = $2 \
+         WHERE repairs_used > 0 AND root = \
+               (SELECT lineage_root FROM jobs WHERE id = $1 AND repair_of IS NOT NULL)",
+    )
+    .bind(job.0)
+    .bind(at)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// In a repair's terminal write: what its comparison decided for the
+/// lineage (`LineageEffect`). Returns the statements it took.
+pub(super) async fn end_repair_in(
+    conn: &mut Conn,
+    job: &Job,
+    effect: LineageEffect,
+    at: DateTime<Utc>,
+) -> StoreResult<u64> {
+    let q = match effect {
+        LineageEffect::Deliver => {
+            sqlx::query("UPDATE lineages SET delivered = $2, updated_at = $3 WHERE root = $1")
+                .bind(job.root().0)
+                .bind(job.id.0)
+                .bind(at)
+        }
+        LineageEffect::KeepAndStop => {
+            sqlx::query("UPDATE lineages SET stopped = TRUE, updated_at = $2 WHERE root = $1")
+                .bind(job.root().0)
+                .bind(at)
+        }
+        LineageEffect::Keep => return Ok(0),
+    };
+    q.execute(conn).await?;
+    Ok(1)
+}
+
+/// Rule 2's charge of a job just inserted, in its transaction (the
+/// ledger's trigger aborts both when the balance cannot pay), and its
+/// doorbell on PostgreSQL. Returns the statements it took.
+pub(super) async fn charge_in(
+    conn: &mut Conn,
+    new: &NewJob,
+    reason: Option<&str>,
+) -> StoreResult<u64> {
+    sqlx::query(
+        "INSERT INTO ledger (id, user_id, amount, kind, reference, actor_id, reason, created_at) \
+         VALUES ($1, $2, $3, 'debit', $4, NULL, $5, $6)",
+    )
+    .bind(uuid::Uuid::new_v4())
+    .bind(new.user_id.0)
+    .bind(-new.credits.0)
+    .bind(format!("debit:job:{}", new.id))
+    .bind(reason)
+    .bind(new.created_at)
+    .execute(&mut *conn)
+    .await?;
+    if let Some(ring) = super::super::RING {
+        sqlx::query(ring)
+            .bind(new.id.to_string())
+            .execute(&mut *conn)
+            .await?;
+        return Ok(2);
+    }
+    Ok(1)
+}
+
+/// Rule 3, the one refund: its reference is derived from the job, it is
+/// inserted do-nothing-on-conflict, and only for a job that is failed or
+/// cancelled. True when this call refunded (and then it goes on the
+/// timeline).
+pub(super) async fn refund_in(conn: &mut Conn, job: JobId, at: DateTime<Utc>) -> StoreResult<bool> {
+    let r = sqlx::query(
+        "INSERT INTO ledger (id, user_id, amount, kind, reference, actor_id, reason, created_at) \
+         SELECT $1, user_id, credits, 'refund', $2, NULL, 'job ' || status, $3 \
+         FROM jobs WHERE id = $4 AND status IN ('failed', 'cancelled') \
+         ON CONFLICT (reference) DO NOTHING",
+    )
+    .bind(uuid::Uuid::new_v4())
+    .bind(format!("refund:job:{job}"))
+    .bind(at)
+    .bind(job.0)
+    .execute(&mut *conn)
+    .await?;
+    let refunded = r.rows_affected() == 1;
+    if refunded {
+        sqlx::query(
+            "INSERT INTO job_events (job_id, kind, detail, created_at) VALUES ($1, 'refunded', $2, $3)",
+        )
+        .bind(job.0)
+        .bind(Json(serde_json::json!({})))
+        .bind(at)
+        .execute(&mut *conn)
+        .await?;
+        free_repair_in(conn, job, at).await?;
+    }
+    Ok(refunded)
+}
+
+/// Rule 13's outbox: the deliveries announcing `job`'s new state, written
+/// in the transaction that stored it, one per target (the owner's enabled
+/// endpoints that want the event, and the job's own webhook_url), each
+/// under `<job>:<event>` and do-nothing-on-conflict: a re-run writes
+/// nothing new. The envelope is built (by `envelope`, which the layer
+/// owning the wire format handed the store) from the job as stored, now,
+/// and is kept exactly. Returns how many statements it took.
+pub(super) async fn write_outbox(
+    conn: &mut Conn,
+    envelope: EnvelopeWriter,
+    job: &Job,
+    at: DateTime<Utc>,
+) -> StoreResult<u64> {
+    write_outbox_many(conn, envelope, &[job], at).await
+}
+
+/// `write_outbox` for every job a batch ended: one look-up of their owners'
+/// endpoints, then each job's deliveries. Returns the statements it took.
+pub(super) async fn write_outbox_many(
+    conn: &mut Conn,
+    envelope: EnvelopeWriter,
+    jobs: &[&Job],
+    at: DateTime<Utc>,
+) -> StoreResult<u64> {
+    let mut users: Vec<uuid::Uuid> = jobs
+        .iter()
+        .filter(|j| WebhookEvent::of(j.status).is_some())
+        .map(|j| j.user_id.0)
+        .collect();
+    users.sort_unstable();
+    users.dedup();
+    if users.is_empty() {
+        return Ok(0);
+    }
+    let marks: Vec<String> = (1..=users.len()).map(|i| format!("${i}")).collect();
+    let sql = format!(
+        "SELECT user_id, id, url, events FROM webhook_endpoints WHERE user_id IN ({}) \
+         AND disabled_at IS NULL AND deleted_at IS NULL",
+        marks.join(", ")
+    );
+    let mut q = sqlx::query_as(&sql).persistent(false);
+    for u in &users {
+        q = q.bind(u);
+    }
+    let endpoints: Vec<(uuid::Uuid, uuid::Uuid, String, String)> = q.fetch_all(&mut *conn).await?;
+    let mut statements = 1;
+    for job in jobs {
+        let Some(event) = WebhookEvent::of(job.status) else {
+            continue;
+        };
+        // `events` is stored as `,a,b,`: the event is one of them.
+        let wanted = format!(",{},", event.as_str());
+        let mine: Vec<(uuid::Uuid, String)> = endpoints
+            .iter()
+            .filter(|e| e.0 == job.user_id.0 && e.3.contains(&wanted))
+            .map(|e| (e.1, e.2.clone()))
+            .collect();
+        statements += write_deliveries(conn, envelope, job, event, mine, at).await?;
+    }
+    Ok(statements)
+}
+
+/// One ended job's deliveries, to its owner's `endpoints` and its own
+/// webhook URL. Returns the statements it took.
+async fn write_deliveries(
+    conn: &mut Conn,
+    envelope: EnvelopeWriter,
+    job: &Job,
+    event: WebhookEvent,
+    endpoints: Vec<(uuid::Uuid, String)>,
+    at: DateTime<Utc>,
+) -> StoreResult<u64> {
+    let own = job.request.webhook_url().map(str::to_string);
+    if endpoints.is_empty() && own.is_none() {
+        return Ok(0);
+    }
+    let sql = format!(
+        "SELECT {ATTEMPT_COLUMNS} FROM attempts WHERE job_id = $1 ORDER BY started_at, attempt_no"
+    );
+    let attempts = sqlx::query(&sql)
+        .bind(job.id.0)
+        .fetch_all(&mut *conn)
+        .await?
+        .iter()
+        .map(attempt_from_row)
+        .collect::<StoreResult<Vec<_>>>()?;
+    let lineage = lineage_in(conn, job).await?;
+    let body = envelope(event, job, &attempts, lineage.as_ref(), at);
+    let webhook_id = format!("{}:{}", job.id, event.as_str());
+    let mut targets: Vec<(String, Option<uuid::Uuid>, String)> = endpoints
+        .into_iter()
+        .map(|(id, url)| (format!("endpoint:{id}"), Some(id), url))
+        .collect();
+    if let Some(url) = own {
+        targets.push(("job".into(), None, url));
+    }
+    for (target, endpoint, url) in &targets {
+        sqlx::query(
+            "INSERT INTO webhook_deliveries (id, webhook_id, target, endpoint_id, user_id, job_id, event, url, \
+             body, next_at, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10) \
+             ON CONFLICT (webhook_id, target) DO NOTHING",
+        )
+        .bind(uuid::Uuid::new_v4())
+        .bind(&webhook_id)
+        .bind(target)
+        .bind(endpoint)
+        .bind(job.user_id.0)
+        .bind(job.id.0)
+        .bind(event.as_str())
+        .bind(url)
+        .bind(&body)
+        .bind(at)
+        .execute(&mut *conn)
+        .await?;
+    }
+    Ok(2 + targets.len() as u64)
+}
