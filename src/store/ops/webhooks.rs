@@ -280,6 +280,10 @@ impl Backend {
         lease_s: f64,
     ) -> StoreResult<Vec<ClaimedDelivery>> {
         let mut tx = self.writer.begin().await?;
+        // The lease is checked again where the rows are locked: on
+        // PostgreSQL a row another dispatcher claimed and committed since
+        // this statement's snapshot is re-read there, and the window
+        // subquery (computed once, from the snapshot) would let it through.
         // Fair, not first come first served (issue 29, 3): each person's
         // due deliveries take turns with everyone else's, and one address
         // never has more than `DELIVERIES_PER_URL_MAX` posts in flight,
@@ -302,7 +306,10 @@ impl Backend {
             now!(),
             " GROUP BY url) busy ON busy.url = r.url \
              WHERE r.url_turn + COALESCE(busy.n, 0) <= $4 \
-             ORDER BY r.user_turn, r.next_at LIMIT $3) ",
+             ORDER BY r.user_turn, r.next_at LIMIT $3) \
+             AND state = 'pending' AND (lease_expires_at IS NULL OR lease_expires_at < ",
+            now!(),
+            ") ",
             for_update_skip_locked!(),
             ") RETURNING id"
         );
