@@ -2,6 +2,7 @@
 // medium, see the price, submit (twice, quickly), find the job in My edits
 // and the debit on Credits, then cancel it and get the refund.
 const { test, expect } = require('@playwright/test');
+const { signIn } = require('./session');
 const fs = require('fs');
 const path = require('path');
 const { makePng } = require('./png');
@@ -12,14 +13,6 @@ const shot = (page, name) => page.screenshot({ path: path.join(SHOTS, `${name}.p
 
 const ADMIN = { email: 'admin@studio.test', password: 'admin password 123' };
 const PAINTER = { email: 'painter@studio.test', password: 'painter password 1' };
-
-async function signIn(page, who) {
-  await page.goto('/login');
-  await page.getByLabel('Email').fill(who.email);
-  await page.getByLabel('Password', { exact: true }).fill(who.password);
-  await page.getByRole('button', { name: 'Sign in' }).click();
-  await expect(page).toHaveURL(/\/edits$/);
-}
 
 test.describe.serial('charge once', () => {
   test('an admin sets up a painter with 20 credits', async ({ page }) => {

@@ -2,6 +2,7 @@
 // and lost the answer cannot be sent again blindly, so the job waits for a
 // reviewer; its page says why, what is held, and that nothing more is spent.
 const { test, expect } = require('@playwright/test');
+const { signIn } = require('./session');
 const fs = require('fs');
 const path = require('path');
 
@@ -12,11 +13,7 @@ const shot = (page, name) => page.screenshot({ path: path.join(SHOTS, `${name}.p
 const ADMIN = { email: 'admin@studio.test', password: 'admin password 123' };
 
 test('a call whose answer was lost parks the job for a reviewer', async ({ page, baseURL }) => {
-  await page.goto('/login');
-  await page.getByLabel('Email').fill(ADMIN.email);
-  await page.getByLabel('Password', { exact: true }).fill(ADMIN.password);
-  await page.getByRole('button', { name: 'Sign in' }).click();
-  await expect(page).toHaveURL(/\/edits$/);
+  await signIn(page, ADMIN);
 
   // The browser's session speaks the API too (state changes carry our Origin).
   const me = await (await page.request.get('/v1/me')).json();

@@ -2,6 +2,7 @@
 // tokens are made, a page rendered from the OpenAPI document the server
 // generates from its routes, with nothing fetched from elsewhere.
 const { test, expect } = require('@playwright/test');
+const { signIn } = require('./session');
 const fs = require('fs');
 const path = require('path');
 
@@ -17,11 +18,7 @@ test('the API reference is one click from the tokens, and matches the document',
   page.on('request', (r) => {
     if (!r.url().startsWith(baseURL)) offsite.push(r.url());
   });
-  await page.goto('/login');
-  await page.getByLabel('Email').fill(ADMIN.email);
-  await page.getByLabel('Password', { exact: true }).fill(ADMIN.password);
-  await page.getByRole('button', { name: 'Sign in' }).click();
-  await expect(page).toHaveURL(/\/edits$/);
+  await signIn(page, ADMIN);
 
   await page.goto('/account');
   await page.getByRole('link', { name: 'Read the API reference' }).click();

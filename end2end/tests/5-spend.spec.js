@@ -3,6 +3,7 @@
 // numbers, and a halt that a person's next order meets as "spending is
 // paused", with the credits given back.
 const { test, expect } = require('@playwright/test');
+const { signIn } = require('./session');
 const fs = require('fs');
 const path = require('path');
 
@@ -12,14 +13,6 @@ const shot = (page, name) => page.screenshot({ path: path.join(SHOTS, `${name}.p
 
 const ADMIN = { email: 'admin@studio.test', password: 'admin password 123' };
 const PAINTER = { email: 'painter@studio.test', password: 'painter password 1' };
-
-async function signIn(page, who) {
-  await page.goto('/login');
-  await page.getByLabel('Email').fill(who.email);
-  await page.getByLabel('Password', { exact: true }).fill(who.password);
-  await page.getByRole('button', { name: 'Sign in' }).click();
-  await expect(page).toHaveURL(/\/edits$/);
-}
 
 async function clip(page, baseURL, key, model) {
   const r = await page.request.post('/v1/jobs', {

@@ -5,6 +5,7 @@
 // provider, reconciles, resumes the status checks, and watches the job
 // recover; the person sees the outcome in plain words. Paid once.
 const { test, expect } = require('@playwright/test');
+const { signIn } = require('./session');
 const fs = require('fs');
 const path = require('path');
 
@@ -16,14 +17,6 @@ const ADMIN = { email: 'admin@studio.test', password: 'admin password 123' };
 const REVIEWER = { email: 'judge@studio.test', password: 'judge password 12' };
 const PAINTER = { email: 'painter@studio.test', password: 'painter password 1' };
 const MOCK = process.env.TOLLGATE_E2E_MOCK;
-
-async function signIn(page, who) {
-  await page.goto('/login');
-  await page.getByLabel('Email').fill(who.email);
-  await page.getByLabel('Password', { exact: true }).fill(who.password);
-  await page.getByRole('button', { name: 'Sign in' }).click();
-  await expect(page).toHaveURL(/\/edits$/);
-}
 
 test.describe.serial('review', () => {
   let jobId;

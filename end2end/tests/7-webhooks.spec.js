@@ -4,6 +4,7 @@
 // admin replaying a dead delivery, which arrives with the same id and body.
 // The receiver is this test's own HTTP server on 127.0.0.1.
 const { test, expect } = require('@playwright/test');
+const { signIn } = require('./session');
 const http = require('http');
 const fs = require('fs');
 const path = require('path');
@@ -15,14 +16,6 @@ const shot = (page, name) => page.screenshot({ path: path.join(SHOTS, `${name}.p
 
 const ADMIN = { email: 'admin@studio.test', password: 'admin password 123' };
 const PAINTER = { email: 'painter@studio.test', password: 'painter password 1' };
-
-async function signIn(page, who) {
-  await page.goto('/login');
-  await page.getByLabel('Email').fill(who.email);
-  await page.getByLabel('Password', { exact: true }).fill(who.password);
-  await page.getByRole('button', { name: 'Sign in' }).click();
-  await expect(page).toHaveURL(/\/edits$/);
-}
 
 /** A receiver on loopback that records what it gets and answers `status()`. */
 function receiver(status) {

@@ -7,6 +7,7 @@
 // with questions that say what was seen, and "Change and order again" opens
 // the composer with the settings filled in.
 const { test, expect } = require('@playwright/test');
+const { signIn } = require('./session');
 const fs = require('fs');
 const path = require('path');
 
@@ -17,14 +18,6 @@ const shot = (page, name) => page.screenshot({ path: path.join(SHOTS, `${name}.p
 const ADMIN = { email: 'admin@studio.test', password: 'admin password 123' };
 const MENDER = { email: 'mender@studio.test', password: 'mender password 1' };
 const PHOTOS = path.join(__dirname, '..', '..', 'tests', 'photos');
-
-async function signIn(page, who) {
-  await page.goto('/login');
-  await page.getByLabel('Email').fill(who.email);
-  await page.getByLabel('Password', { exact: true }).fill(who.password);
-  await page.getByRole('button', { name: 'Sign in' }).click();
-  await expect(page).toHaveURL(/\/edits$/);
-}
 
 test.describe.serial('repairs', () => {
   let original;

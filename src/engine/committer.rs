@@ -16,6 +16,7 @@ use tokio::task::JoinHandle;
 
 /// Units applied in one transaction at most.
 const BATCH_MAX: usize = 128;
+const _: () = assert!(BATCH_MAX <= crate::store::UNITS_PER_BATCH_MAX);
 /// Units waiting for the committer at most; a run waits for room.
 const QUEUE_MAX: usize = 4096;
 

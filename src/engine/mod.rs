@@ -29,6 +29,7 @@ use tokio::task::{JoinHandle, JoinSet};
 const IDLE_POLL: Duration = Duration::from_secs(1);
 /// Jobs claimed in one conditional update at most.
 const CLAIM_BATCH: usize = 32;
+const _: () = assert!(CLAIM_BATCH as i64 <= crate::store::CLAIMS_PER_STATEMENT_MAX);
 /// How long a claim waits for more runs to finish when only a few slots
 /// are free.
 const CLAIM_GATHER: Duration = Duration::from_millis(2);

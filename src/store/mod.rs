@@ -197,6 +197,11 @@ macro_rules! dispatch {
     };
 }
 
+/// Jobs one claim statement takes at most (the dispatcher asks for fewer).
+pub const CLAIMS_PER_STATEMENT_MAX: i64 = 1000;
+/// Units one group commit applies at most (the committer sends fewer).
+pub const UNITS_PER_BATCH_MAX: usize = 1024;
+
 impl Store {
     /// Opens the database a URL names: `sqlite://PATH` (the file and its
     /// folder are created) or `postgres://...`.
@@ -520,7 +525,19 @@ impl Store {
     /// the database's clock and bumps its fencing token (`FOR UPDATE SKIP
     /// LOCKED` on PostgreSQL).
     pub async fn claim_jobs(&self, worker: &str, n: i64, lease_s: f64) -> StoreResult<Vec<Claim>> {
-        dispatch!(self, s => s.claim_jobs(worker, n, lease_s).await)
+        debug_assert!(
+            (1..=CLAIMS_PER_STATEMENT_MAX).contains(&n),
+            "claiming {n} jobs in one statement"
+        );
+        debug_assert!(lease_s > 0.0, "a lease of {lease_s} s");
+        let claims = dispatch!(self, s => s.claim_jobs(worker, n, lease_s).await)?;
+        // A claim bumps the token from the job's 0: a claim holds 1 or more.
+        debug_assert!(
+            claims.iter().all(|c| c.token >= 1),
+            "a claim without a token"
+        );
+        debug_assert!(claims.len() as i64 <= n, "more claims than asked for");
+        Ok(claims)
     }
 
     /// Extends the lease of every job this node's runs hold: one write per
@@ -533,7 +550,18 @@ impl Store {
     /// with its own fencing check: a stale unit writes nothing and the rest
     /// commit. The results are in the units' order.
     pub async fn apply(&self, units: &[Unit]) -> Vec<StoreResult<Applied>> {
-        dispatch!(self, s => s.apply(units).await)
+        debug_assert!(
+            units.len() <= UNITS_PER_BATCH_MAX,
+            "a group commit of {} units",
+            units.len()
+        );
+        debug_assert!(
+            units.iter().all(Unit::is_well_formed),
+            "a unit without a claim's token, or with two endings"
+        );
+        let applied = dispatch!(self, s => s.apply(units).await);
+        debug_assert_eq!(applied.len(), units.len(), "one result per unit");
+        applied
     }
 
     /// Applies one unit of work on its own.

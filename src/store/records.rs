@@ -355,6 +355,19 @@ pub struct Unit {
     pub ops: Vec<Op>,
 }
 
+impl Unit {
+    /// Written under a claim's fencing token (1 or more), with at most one
+    /// ending (a finish, a park or a release).
+    pub fn is_well_formed(&self) -> bool {
+        let endings = self
+            .ops
+            .iter()
+            .filter(|op| matches!(op, Op::Finish(_) | Op::Park(_) | Op::Release))
+            .count();
+        self.token >= 1 && endings <= 1
+    }
+}
+
 /// What became of a unit.
 #[derive(Clone, Debug)]
 pub enum Applied {
