@@ -27,6 +27,7 @@ both_backends!(
     a_410_disables_the_endpoint,
     a_hanging_receiver_does_not_slow_the_job,
     two_dispatchers_never_post_one_row_at_once,
+    racing_claimers_take_each_delivery_once,
     a_crash_after_posting_sends_again_under_the_same_id,
     a_job_url_is_signed_with_the_account_secret_and_written_once,
     internal_urls_are_refused_and_never_called,
@@ -477,6 +478,77 @@ async fn two_dispatchers_never_post_one_row_at_once(db: TestDb) {
     ids.dedup();
     assert_eq!((got.len(), ids.len()), (n, n), "each posted exactly once");
     assert_eq!(r.log.lock().unwrap().most_at_once, 1);
+}
+
+/// The delivery claim, raced: claimers released together by one barrier
+/// take what is due until nothing is left; each delivery is leased to one
+/// of them only (the leases outlive the test), however the claims
+/// interleave. On PostgreSQL a claim that re-read a row another claimer had
+/// just committed used to take it again.
+async fn racing_claimers_take_each_delivery_once(db: TestDb) {
+    let db = db.with_config(&config("50ms")).await;
+    // The window is short: several rounds, each with its own deliveries.
+    for round in 0..5 {
+        let claimed = race_claimers(&db, round).await;
+        let distinct: std::collections::HashSet<_> = claimed.iter().collect();
+        assert_eq!(
+            distinct.len(),
+            claimed.len(),
+            "round {round}: a delivery was claimed twice"
+        );
+        // Every address gets its few posts in flight, and no more.
+        assert!(
+            claimed.len() >= 10,
+            "round {round}: {} claimed",
+            claimed.len()
+        );
+        assert!(
+            claimed.len() <= 80,
+            "round {round}: {} claimed",
+            claimed.len()
+        );
+    }
+}
+
+/// Ten addresses with eight due deliveries each, then eight claimers
+/// released by one barrier claim until nothing is left: every id claimed.
+async fn race_claimers(db: &TestDb, round: usize) -> Vec<uuid::Uuid> {
+    let u = person(db, &format!("race{round}@example.com")).await;
+    for i in 0..10 {
+        let url = format!("http://127.0.0.1:9/r{round}/hook{i}");
+        let made = db
+            .tollgate
+            .create_webhook_endpoint(&u, &url, &[])
+            .await
+            .unwrap();
+        queue_test_events(db, &made.endpoint, 8).await;
+    }
+    let claimers = 8;
+    let barrier = Arc::new(tokio::sync::Barrier::new(claimers));
+    let mut tasks = Vec::new();
+    for k in 0..claimers {
+        let (t, barrier) = (db.tollgate.clone(), barrier.clone());
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            let mut mine = Vec::new();
+            loop {
+                let got = t
+                    .store()
+                    .claim_deliveries(&format!("claimer-{k}"), 3, 60.0)
+                    .await
+                    .unwrap();
+                if got.is_empty() {
+                    return mine;
+                }
+                mine.extend(got.into_iter().map(|c| c.delivery.id.0));
+            }
+        }));
+    }
+    let mut claimed = Vec::new();
+    for task in tasks {
+        claimed.extend(task.await.unwrap());
+    }
+    claimed
 }
 
 async fn a_crash_after_posting_sends_again_under_the_same_id(db: TestDb) {
