@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Barrier;
 use tollgate::model::{
-    AttemptEnd, AttemptId, AttemptState, CostSource, Credits, JobId, JobStatus, Progress,
-    Purpose as AttemptPurpose, Readiness, Role, Usd,
+    AttemptEnd, AttemptId, AttemptState, CostSource, Credits, Happening, JobId, JobStatus,
+    Progress, Purpose as AttemptPurpose, Readiness, Role, Usd,
 };
 use tollgate::store::{
     Applied, AttemptOutcome, BudgetChange, BudgetChangeKind, Claim, Finish, Hold, NewAttempt,
@@ -141,7 +141,7 @@ async fn racing_claimers_take_each_job_once(db: TestDb) {
     );
     // Each claim put itself on the job's timeline.
     let events = db.store().job_events(ids[0]).await.unwrap();
-    assert_eq!(events.iter().filter(|e| e.kind == "claimed").count(), 1);
+    assert_eq!(events.iter().filter(|e| e.kind() == "claimed").count(), 1);
 }
 
 async fn leases_run_on_the_database_clock_and_a_stale_token_cannot_write(db: TestDb) {
@@ -228,8 +228,8 @@ async fn leases_run_on_the_database_clock_and_a_stale_token_cannot_write(db: Tes
         .await
     ));
     let events = s.job_events(ids[0]).await.unwrap();
-    assert_eq!(events.iter().filter(|e| e.kind == "succeeded").count(), 1);
-    assert_eq!(events.iter().filter(|e| e.kind == "failed").count(), 0);
+    assert_eq!(events.iter().filter(|e| e.kind() == "succeeded").count(), 1);
+    assert_eq!(events.iter().filter(|e| e.kind() == "failed").count(), 0);
 }
 
 async fn progress_survives_a_resume(db: TestDb) {
@@ -244,10 +244,10 @@ async fn progress_survives_a_resume(db: TestDb) {
         }),
         ..Progress::default()
     };
-    let step = Op::Event {
+    let step = Op::Event(Happening::Unknown {
         kind: "step".into(),
         detail: json!({"step": "readiness"}),
-    };
+    });
     assert!(matches!(
         apply(s, unit(&first, vec![Op::Progress(p.clone()), step])).await,
         Applied::Done(None)
@@ -257,9 +257,9 @@ async fn progress_survives_a_resume(db: TestDb) {
     let second = s.claim_jobs("b", 1, 60.0).await.unwrap().remove(0);
     assert_eq!(second.job.progress, p);
     let events = s.job_events(second.job.id).await.unwrap();
-    let steps: Vec<_> = events.iter().filter(|e| e.kind == "step").collect();
+    let steps: Vec<_> = events.iter().filter(|e| e.kind() == "step").collect();
     assert_eq!(steps.len(), 1);
-    assert_eq!(steps[0].detail, json!({"step": "readiness"}));
+    assert_eq!(steps[0].detail(), json!({"step": "readiness"}));
     // Given back: queued again, and the timeline says so.
     assert!(matches!(
         apply(s, unit(&second, vec![Op::Release])).await,
@@ -269,7 +269,7 @@ async fn progress_survives_a_resume(db: TestDb) {
     assert_eq!(j.status, JobStatus::Queued);
     assert_eq!(j.progress, p);
     let events = s.job_events(j.id).await.unwrap();
-    assert!(events.iter().any(|e| e.kind == "released"));
+    assert!(events.iter().any(|e| e.kind() == "released"));
 }
 
 async fn cancel_wins_over_a_running_worker(db: TestDb) {
@@ -691,9 +691,11 @@ async fn one_group_commit_applies_every_kind_of_unit(db: TestDb) {
         }),
         ..Progress::default()
     };
-    let step = |name: &str| Op::Event {
-        kind: "step".into(),
-        detail: json!({"step": name}),
+    let step = |name: &str| {
+        Op::Event(Happening::Unknown {
+            kind: "step".into(),
+            detail: json!({"step": name}),
+        })
     };
     let begun = attempt(c[1].job.id, 1, Some(hold));
     let units = vec![
@@ -788,9 +790,9 @@ async fn one_group_commit_applies_every_kind_of_unit(db: TestDb) {
     let kinds = |events: Vec<tollgate::store::JobEvent>| -> Vec<String> {
         events
             .into_iter()
-            .map(|e| match e.detail["step"].as_str() {
+            .map(|e| match e.detail()["step"].as_str() {
                 Some(step) => format!("step:{step}"),
-                None => e.kind,
+                None => e.kind(),
             })
             .collect()
     };

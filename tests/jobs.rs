@@ -428,10 +428,10 @@ async fn a_refund_never_follows_a_job_that_finished_first(db: TestDb) {
             refunds_seen += 1;
         }
         // The loser wrote no event.
-        let events = a.db.store().job_events(id).await.unwrap();
+        let events = a.db.history(id).await;
         let terminal = events
             .iter()
-            .filter(|e| ["succeeded", "failed", "cancelled"].contains(&e.kind.as_str()))
+            .filter(|e| ["succeeded", "failed", "cancelled"].contains(&e.kind().as_str()))
             .count();
         assert_eq!(terminal, 1);
     }

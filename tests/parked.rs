@@ -272,11 +272,11 @@ async fn uncertainty_needs_reconciliation_first(db: TestDb) {
     );
     let job = db.store().job(job).await.unwrap().unwrap();
     assert_eq!(job.status, JobStatus::Queued, "handed to the workers");
-    let events = db.store().job_events(job.id).await.unwrap();
-    let decided: Vec<_> = events.iter().filter(|e| e.kind == "decision").collect();
+    let events = db.history(job.id).await;
+    let decided: Vec<_> = events.iter().filter(|e| e.kind() == "decision").collect();
     assert_eq!(decided.len(), 2);
-    assert_eq!(decided[0].detail["reviewer"], "reviewer@example.com");
-    assert_eq!(decided[0].detail["action"], "reconcile");
+    assert_eq!(decided[0].detail()["reviewer"], "reviewer@example.com");
+    assert_eq!(decided[0].detail()["action"], "reconcile");
 }
 
 /// DLQ 2: the same decision twice is the first one; a different one on a
@@ -385,16 +385,19 @@ async fn review_then_racing_claims_make_one_owner_and_only_the_owner_finishes(db
     assert_eq!(r.state, ParkedState::Closed);
     let d = db.store().decisions(record.id).await.unwrap().remove(0);
     assert_eq!(d.recovery.unwrap().state, RecoveryState::Failed);
-    let events = db.store().job_events(job).await.unwrap();
+    let events = db.history(job).await;
     assert_eq!(
         events
             .iter()
-            .filter(|e| e.kind == "recovery_claimed")
+            .filter(|e| e.kind() == "recovery_claimed")
             .count(),
         2
     );
     assert_eq!(
-        events.iter().filter(|e| e.kind == "review_closed").count(),
+        events
+            .iter()
+            .filter(|e| e.kind() == "review_closed")
+            .count(),
         1
     );
 }
@@ -443,12 +446,15 @@ async fn a_new_generation_is_not_a_recovery_action(db: TestDb) {
     assert!(db.store().attempts(new).await.unwrap().is_empty());
     let r = db.store().parked(record.id).await.unwrap().unwrap();
     assert_eq!(r.state, ParkedState::Closed);
-    let old_events = db.store().job_events(job).await.unwrap();
-    let link = old_events.iter().find(|e| e.kind == "new_attempt").unwrap();
-    assert_eq!(link.detail["job"], json!(new));
-    let new_events = db.store().job_events(new).await.unwrap();
-    let back = new_events.iter().find(|e| e.kind == "replaces").unwrap();
-    assert_eq!(back.detail["job"], json!(job));
+    let old_events = db.history(job).await;
+    let link = old_events
+        .iter()
+        .find(|e| e.kind() == "new_attempt")
+        .unwrap();
+    assert_eq!(link.detail()["job"], json!(new));
+    let new_events = db.history(new).await;
+    let back = new_events.iter().find(|e| e.kind() == "replaces").unwrap();
+    assert_eq!(back.detail()["job"], json!(job));
 }
 
 /// Fifty reviewers send the same decision at once: one is recorded.
@@ -476,8 +482,8 @@ async fn fifty_racing_identical_decisions_make_one(db: TestDb) {
     }
     assert_eq!((created, ids.len()), (1, 1));
     assert_eq!(db.store().decisions(record.id).await.unwrap().len(), 1);
-    let events = db.store().job_events(job).await.unwrap();
-    assert_eq!(events.iter().filter(|e| e.kind == "decision").count(), 1);
+    let events = db.history(job).await;
+    assert_eq!(events.iter().filter(|e| e.kind() == "decision").count(), 1);
 }
 
 /// accept_failure ends the job failed with the accounting the reviewer
@@ -541,13 +547,13 @@ async fn accept_failure_records_its_accounting(db: TestDb) {
     let day = db.tollgate.budget(today).await.unwrap();
     assert_eq!(day.used_usd, day_before.used_usd);
     assert_eq!(day.reserved_usd.plus(usd("0.04")), day_before.reserved_usd);
-    let events = db.store().job_events(job).await.unwrap();
-    let d = events.iter().find(|e| e.kind == "decision").unwrap();
+    let events = db.history(job).await;
+    let d = events.iter().find(|e| e.kind() == "decision").unwrap();
     assert_eq!(
-        (&d.detail["refund"], &d.detail["release_hold"]),
+        (&d.detail()["refund"], &d.detail()["release_hold"]),
         (&json!(false), &json!(true))
     );
-    assert_eq!(events.iter().filter(|e| e.kind == "refunded").count(), 0);
+    assert_eq!(events.iter().filter(|e| e.kind() == "refunded").count(), 0);
 }
 
 fn mock_model(m: &MockServer, extra: &str) -> String {
@@ -620,11 +626,11 @@ async fn a_failed_recovery_returns_the_record_to_the_queue(db: TestDb) {
     assert!(r.polls > record.polls, "the resumed checks are counted");
     let d = db.store().decisions(record.id).await.unwrap().remove(0);
     assert_eq!(d.recovery.unwrap().state, RecoveryState::Failed);
-    let events = db.store().job_events(job).await.unwrap();
+    let events = db.history(job).await;
     assert_eq!(
         events
             .iter()
-            .filter(|e| e.kind == "recovery_failed")
+            .filter(|e| e.kind() == "recovery_failed")
             .count(),
         1
     );
@@ -761,7 +767,7 @@ async fn only_reviewers_decide_and_evidence_is_required(db: TestDb) {
         .note_parked(&p.reviewer, record.id, "called the provider, waiting")
         .await
         .unwrap();
-    assert_eq!(note.detail["by"], "reviewer@example.com");
+    assert_eq!(note.detail()["by"], "reviewer@example.com");
     assert!(db.store().decisions(record.id).await.unwrap().is_empty());
 }
 
@@ -1261,10 +1267,13 @@ async fn an_owners_cancel_refunds_but_the_record_and_its_hold_wait_for_a_decisio
             (AttemptState::Failed, None),
             "unpriced, never 0"
         );
-        let events = db.store().job_events(job).await.unwrap();
-        assert_eq!(events.iter().filter(|e| e.kind == "refunded").count(), 1);
+        let events = db.history(job).await;
+        assert_eq!(events.iter().filter(|e| e.kind() == "refunded").count(), 1);
         assert_eq!(
-            events.iter().filter(|e| e.kind == "review_closed").count(),
+            events
+                .iter()
+                .filter(|e| e.kind() == "review_closed")
+                .count(),
             1
         );
         assert_eq!(balance(&db, &p.owner).await, Credits(100), "refunded once");
@@ -1916,7 +1925,7 @@ async fn evidence_is_sanitised_where_it_is_written(db: TestDb) {
     let stored = serde_json::to_string(&(
         db.store().attempts(job.id).await.unwrap(),
         db.store().parked(record.id).await.unwrap(),
-        db.store().job_events(job.id).await.unwrap(),
+        db.history(job.id).await,
     ))
     .unwrap();
     for secret in ["deadbeef", "AKIAEXAMPLE", "X-Amz", "sekrit-token"] {

@@ -279,8 +279,11 @@ async fn a_cancel_mid_poll_stops_the_run_and_books_the_estimate(db: TestDb) {
     assert_eq!(balance(&db, &u).await, Credits(100));
     let a = db.store().attempts(id).await.unwrap();
     assert_eq!((a.len(), a[0].state.as_str()), (1, "submitted"));
-    let events = db.store().job_events(id).await.unwrap();
-    assert!(events.iter().any(|e| e.kind == "lease_lost"), "{events:?}");
+    let events = db.history(id).await;
+    assert!(
+        events.iter().any(|e| e.kind() == "lease_lost"),
+        "{events:?}"
+    );
     // Nothing was stored for a cancelled job.
     assert!(db.store().job_output(id).await.unwrap().is_none());
 }
@@ -345,14 +348,7 @@ async fn an_http_edit_is_paid_once_with_a_quoted_cost(db: TestDb) {
         .unwrap_or_else(|| panic!("no units counter in {text}"));
     assert_eq!(units, 3, "{text}");
     // The timeline names the attempt and the provider's id.
-    let kinds: Vec<String> = db
-        .store()
-        .job_events(id)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|e| e.kind)
-        .collect();
+    let kinds: Vec<String> = db.history(id).await.into_iter().map(|e| e.kind()).collect();
     for k in [
         "created",
         "claimed",
@@ -1028,8 +1024,8 @@ async fn a_run_that_lost_its_lease_writes_nothing_after_the_call(db: TestDb) {
     assert_eq!(thief.len(), 1);
     // The first run finishes its poll: everything it writes is refused.
     for _ in 0..100 {
-        let events = db.store().job_events(id).await.unwrap();
-        if events.iter().any(|e| e.kind == "lease_lost") {
+        let events = db.history(id).await;
+        if events.iter().any(|e| e.kind() == "lease_lost") {
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;

@@ -180,13 +180,11 @@ async fn an_edit_runs_to_success_with_its_output_and_costs(db: TestDb) {
         Verdict::Passed
     );
     let steps: Vec<String> = db
-        .store()
-        .job_events(id)
+        .history(id)
         .await
-        .unwrap()
         .into_iter()
-        .filter(|e| e.kind == "step")
-        .map(|e| e.detail["step"].as_str().unwrap().to_string())
+        .filter(|e| e.kind() == "step")
+        .map(|e| e.detail()["step"].as_str().unwrap().to_string())
         .collect();
     assert_eq!(steps, ["readiness", "generate", "review"]);
 }
@@ -281,10 +279,10 @@ async fn a_resumed_job_skips_its_completed_steps(db: TestDb) {
         0.123,
         "a completed step is never run again"
     );
-    let events = db.store().job_events(id).await.unwrap();
+    let events = db.history(id).await;
     let readiness_runs = events
         .iter()
-        .filter(|e| e.kind == "step" && e.detail["step"] == "readiness")
+        .filter(|e| e.kind() == "step" && e.detail()["step"] == "readiness")
         .count();
     assert_eq!(
         readiness_runs, 0,
@@ -292,8 +290,8 @@ async fn a_resumed_job_skips_its_completed_steps(db: TestDb) {
     );
     let claims: Vec<i64> = events
         .iter()
-        .filter(|e| e.kind == "claimed")
-        .map(|e| e.detail["token"].as_i64().unwrap())
+        .filter(|e| e.kind() == "claimed")
+        .map(|e| e.detail()["token"].as_i64().unwrap())
         .collect();
     assert_eq!(claims, [1, 2]);
     let day = db

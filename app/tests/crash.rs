@@ -196,8 +196,8 @@ async fn sigkill_mid_flight_then_restart(db: TestDb) {
         spent_credits += job.credits.get();
         spent_usd = spent_usd.plus(job.estimated_usd);
         // One terminal state, one succeeded (paid) attempt, every attempt kept.
-        let events = db.store().job_events(job.id).await.unwrap();
-        assert_eq!(events.iter().filter(|e| e.kind == "succeeded").count(), 1);
+        let events = db.history(job.id).await;
+        assert_eq!(events.iter().filter(|e| e.kind() == "succeeded").count(), 1);
         let attempts = db.store().attempts(job.id).await.unwrap();
         assert_eq!(
             attempts
@@ -625,9 +625,9 @@ async fn sigkill_between_the_commits(db: TestDb) {
         // Recovered attempts were polled for their price: never unpriced here.
         assert_eq!(attempts[0].cost_usd, Some(Usd::parse("0.1").unwrap()));
         spent = spent.plus(attempts[0].cost_usd.unwrap());
-        let events = db.store().job_events(job.id).await.unwrap();
-        assert_eq!(events.iter().filter(|e| e.kind == "succeeded").count(), 1);
-        assert_eq!(events.iter().filter(|e| e.kind == "refunded").count(), 0);
+        let events = db.history(job.id).await;
+        assert_eq!(events.iter().filter(|e| e.kind() == "succeeded").count(), 1);
+        assert_eq!(events.iter().filter(|e| e.kind() == "refunded").count(), 0);
     }
     assert_eq!(stats["paid_predictions"], 12);
     let balance = db.tollgate.user(u.id).await.unwrap().balance;
@@ -717,11 +717,11 @@ async fn two_worker_nodes_share_the_work_on_postgres() {
     for id in &ids {
         let job = db.store().job(*id).await.unwrap().unwrap();
         assert_eq!(job.status, JobStatus::Succeeded, "{:?}", job.error);
-        let events = db.store().job_events(*id).await.unwrap();
-        let claims: Vec<_> = events.iter().filter(|e| e.kind == "claimed").collect();
+        let events = db.history(*id).await;
+        let claims: Vec<_> = events.iter().filter(|e| e.kind() == "claimed").collect();
         assert_eq!(claims.len(), 1, "claimed once: {events:?}");
-        workers.insert(claims[0].detail["worker"].as_str().unwrap().to_string());
-        assert_eq!(events.iter().filter(|e| e.kind == "succeeded").count(), 1);
+        workers.insert(claims[0].detail()["worker"].as_str().unwrap().to_string());
+        assert_eq!(events.iter().filter(|e| e.kind() == "succeeded").count(), 1);
         assert_eq!(db.store().attempts(*id).await.unwrap().len(), 1);
     }
     assert_eq!(workers.len(), 2, "both worker nodes took jobs: {workers:?}");

@@ -263,9 +263,9 @@ async fn every_route_answers_each_role_as_it_should(db: TestDb) {
         .await
         .unwrap();
     assert_eq!(r.status(), StatusCode::SEE_OTHER);
-    let events = db.store().job_events(theirs.id).await.unwrap();
+    let events = db.history(theirs.id).await;
     assert!(
-        events.iter().all(|e| e.kind != "cancelled"),
+        events.iter().all(|e| e.kind() != "cancelled"),
         "another person cancelled it: {events:?}"
     );
 

@@ -350,12 +350,8 @@ async fn run_claim(
         Ok(Err(StoreError::StaleClaim)) => {
             t.note_claim_conflict();
             tracing::info!(%job, token, "run ended: the claim moved on");
-            let lost = serde_json::json!({"token": token});
-            if let Err(e) = t
-                .store()
-                .note_event(job, "lease_lost", &lost, Utc::now())
-                .await
-            {
+            let lost = crate::model::Happening::LeaseLost { token };
+            if let Err(e) = t.store().note_event(job, &lost, Utc::now()).await {
                 tracing::warn!(%job, error = %e, "recording a lost lease failed");
             }
             false

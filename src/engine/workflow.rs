@@ -9,8 +9,8 @@ use super::run::Run;
 use super::runner::{self, Generated};
 use crate::config::models::Checker;
 use crate::model::{
-    direction, Comparison, ImageEdit, JobId, JobRequest, LineageEffect, Readiness, Review, Step,
-    TargetKind, Verdict,
+    direction, Comparison, GeneratedNote, Happening, ImageEdit, JobId, JobRequest, LineageEffect,
+    Readiness, Review, Step, StepDone, TargetKind, Verdict,
 };
 use crate::model::{AttemptEnd, AttemptId, Purpose};
 use crate::providers::{checker, local};
@@ -148,17 +148,7 @@ async fn readiness(run: &mut Run<'_>) -> StoreResult<Next> {
     Ok(match checked {
         Ok(Ok(ready)) => {
             let fraction = (ready.fraction * 1000.0).round() / 1000.0;
-            let observation = ready.observation;
-            run.defer(step_event(
-                Step::Readiness,
-                json!({"region_fraction": fraction, "observation": observation}),
-            ));
-            run.record(|p| {
-                p.readiness = Some(Readiness {
-                    region_fraction: fraction,
-                    observation: Some(observation),
-                })
-            });
+            record_readiness(run, fraction, ready.observation);
             Next::Continue
         }
         Ok(Err(not_ready)) => Next::Fail(json!({
@@ -173,9 +163,13 @@ async fn readiness(run: &mut Run<'_>) -> StoreResult<Next> {
 async fn generate(run: &mut Run<'_>) -> StoreResult<Next> {
     Ok(match runner::generate(run).await? {
         Generated::Stored(out) => {
-            let detail = json!({"key": out.key, "bytes": out.bytes, "attempt": out.attempt_no});
+            let note = GeneratedNote {
+                key: out.key.clone(),
+                bytes: out.bytes,
+                attempt: out.attempt_no,
+            };
             run.record(|p| p.output = Some(out));
-            run.defer(step_event(Step::Generate, detail));
+            run.defer(step_event(StepDone::Generate(note)));
             Next::Continue
         }
         Generated::Failed(error) => Next::Fail(error),
@@ -201,10 +195,7 @@ async fn review(run: &mut Run<'_>) -> StoreResult<Next> {
     if let Some(checker) = run.t.models().checker.clone() {
         let edit = edit.clone();
         let review = checked_review(run, &checker, &edit, photo, mask, out).await?;
-        run.defer(step_event(
-            Step::Review,
-            json!({"verdict": review.verdict, "notes": review.notes}),
-        ));
+        run.defer(step_event(StepDone::Review(review.clone())));
         run.record(|p| p.review = Some(review));
         return Ok(Next::Continue);
     }
@@ -235,10 +226,7 @@ async fn review(run: &mut Run<'_>) -> StoreResult<Next> {
             notes: e,
         },
     };
-    run.defer(step_event(
-        Step::Review,
-        json!({"verdict": review.verdict, "notes": review.notes}),
-    ));
+    run.defer(step_event(StepDone::Review(review.clone())));
     run.record(|p| p.review = Some(review));
     Ok(Next::Continue)
 }
@@ -357,11 +345,7 @@ async fn compare_on_cpu(
 
 /// The comparison on the timeline and in the job's progress.
 fn record_comparison(run: &mut Run<'_>, comparison: Comparison) {
-    let against = comparison.against;
-    run.defer(step_event(
-        Step::Compare,
-        json!({"outcome": comparison.outcome, "against": against, "notes": comparison.notes}),
-    ));
+    run.defer(step_event(StepDone::Compare(comparison.clone())));
     run.record(|p| p.compare = Some(comparison));
 }
 
@@ -425,16 +409,7 @@ async fn checked_readiness(
             .await?
             .unwrap_or(0.0);
             let fraction = (fraction * 1000.0).round() / 1000.0;
-            run.defer(step_event(
-                Step::Readiness,
-                json!({"region_fraction": fraction, "observation": a.observation}),
-            ));
-            run.record(|p| {
-                p.readiness = Some(Readiness {
-                    region_fraction: fraction,
-                    observation: Some(a.observation),
-                })
-            });
+            record_readiness(run, fraction, a.observation);
             Next::Continue
         }
         Ok(a) => Next::Fail(
@@ -631,10 +606,16 @@ async fn begin_check(
     Ok(Some(begun))
 }
 
-fn step_event(step: Step, mut detail: Value) -> Op {
-    detail["step"] = json!(step.as_str());
-    Op::Event {
-        kind: "step".into(),
-        detail,
-    }
+fn step_event(done: StepDone) -> Op {
+    Op::Event(Happening::Step(done))
+}
+
+/// The readiness step's finding, on the timeline and in the job's progress.
+fn record_readiness(run: &mut Run<'_>, fraction: f64, observation: String) {
+    let readiness = Readiness {
+        region_fraction: fraction,
+        observation: Some(observation),
+    };
+    run.defer(step_event(StepDone::Readiness(readiness.clone())));
+    run.record(|p| p.readiness = Some(readiness));
 }

@@ -6,6 +6,7 @@ mod attempt;
 mod catalogue;
 mod credits;
 mod email;
+mod event;
 mod ids;
 mod job;
 mod ledger;
@@ -28,6 +29,7 @@ pub use catalogue::{
 };
 pub use credits::{Credits, CreditsError};
 pub use email::{Email, EmailError};
+pub use event::{DecisionNote, GeneratedNote, Happening, StepDone};
 pub use ids::{
     ApiTokenId, AssetId, AttemptId, DecisionId, DeliveryId, JobId, LedgerEntryId, ParkedId, UserId,
     WebhookEndpointId,

@@ -27,7 +27,7 @@ pub use records::{
 };
 pub use sessions::SessionBackend;
 
-use crate::model::{ApiTokenId, AssetId, Credits, JobId, ParkedId, Role, Usd, UserId};
+use crate::model::{ApiTokenId, AssetId, Credits, Happening, JobId, ParkedId, Role, Usd, UserId};
 use chrono::{DateTime, NaiveDate, Utc};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -506,11 +506,10 @@ impl Store {
     pub async fn note_event(
         &self,
         job: JobId,
-        kind: &str,
-        detail: &serde_json::Value,
+        happening: &Happening,
         at: DateTime<Utc>,
     ) -> StoreResult<()> {
-        dispatch!(self, s => s.note_event(job, kind, detail, at).await)
+        dispatch!(self, s => s.note_event(job, happening, at).await)
     }
 
     /// The stored output's key and content type, once the job succeeded.

@@ -3,8 +3,9 @@
 pub use crate::model::ParkedStage;
 use crate::model::{
     ApiTokenId, AssetId, AttemptEnd, AttemptId, AttemptState, CostSource, Credits, DecisionId,
-    Email, JobId, JobKind, JobRequest, JobStatus, LedgerEntryId, LedgerKind, ParkedId, ParkedState,
-    Progress, Purpose as AttemptPurpose, RecoveryState, Review, ReviewAction, Role, Usd, UserId,
+    Email, Happening, JobId, JobKind, JobRequest, JobStatus, LedgerEntryId, LedgerKind, ParkedId,
+    ParkedState, Progress, Purpose as AttemptPurpose, RecoveryState, Review, ReviewAction, Role,
+    Usd, UserId,
 };
 use crate::model::{DeliveryId, DeliveryState, WebhookEndpointId, WebhookEvent};
 use chrono::{DateTime, Utc};
@@ -192,13 +193,39 @@ pub enum Submitted {
     Existing(Job),
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug)]
 pub struct JobEvent {
     pub id: i64,
     pub job_id: JobId,
-    pub kind: String,
-    pub detail: serde_json::Value,
+    pub happening: Happening,
     pub created_at: DateTime<Utc>,
+}
+
+/// As stored: `kind` and `detail` beside the id and time.
+impl Serialize for JobEvent {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct as _;
+        let (kind, detail) = self.happening.to_stored();
+        let mut o = s.serialize_struct("JobEvent", 5)?;
+        o.serialize_field("id", &self.id)?;
+        o.serialize_field("job_id", &self.job_id)?;
+        o.serialize_field("kind", &kind)?;
+        o.serialize_field("detail", &detail)?;
+        o.serialize_field("created_at", &self.created_at)?;
+        o.end()
+    }
+}
+
+impl JobEvent {
+    /// The stored kind (`claimed`, `step`, …), as the API writes it.
+    pub fn kind(&self) -> String {
+        self.happening.kind()
+    }
+
+    /// The stored detail, as the API writes it.
+    pub fn detail(&self) -> serde_json::Value {
+        self.happening.to_stored().1
+    }
 }
 
 /// Where a page of jobs starts: after this (created_at, id), newest first.
@@ -332,10 +359,7 @@ pub enum Op {
         outcome: AttemptOutcome,
     },
     /// An observation for the job's timeline.
-    Event {
-        kind: String,
-        detail: serde_json::Value,
-    },
+    Event(Happening),
     /// Rule 9: the terminal write (a failure is refunded, every hold left
     /// is settled).
     Finish(Finish),

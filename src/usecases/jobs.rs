@@ -3,7 +3,7 @@
 //! transaction, cancel, and the one refund. A new job is handed to
 //! execution by id only (a doorbell); nothing runs jobs yet.
 
-use crate::model::{parse_request, quote, JobId, JobRequest, Quote, Role};
+use crate::model::{parse_request, quote, Happening, JobId, JobRequest, Quote, Role};
 use crate::store::{
     Attempt, Job, JobCursor, JobEvent, JobFilter, NewJob, StoreError, Submitted, User,
 };
@@ -293,15 +293,15 @@ impl Tollgate {
         Ok(self.store().refund_job(id, Utc::now()).await?)
     }
 
-    /// The timeline. Reviewers and admins read all of it; the job's owner
-    /// reads that a decision was made and what it was, not the reviewers'
-    /// names, notes or evidence (internal to the studio).
     /// A job's attempts, oldest first, for someone who may see the job.
     pub async fn job_attempts(&self, viewer: &User, id: JobId) -> Result<Vec<Attempt>> {
         self.visible_job(viewer, id).await?;
         Ok(self.store().attempts(id).await?)
     }
 
+    /// The timeline. Reviewers and admins read all of it; the job's owner
+    /// reads that a decision was made and what it was, not the reviewers'
+    /// names, notes or evidence (internal to the studio).
     pub async fn job_events(&self, viewer: &User, id: JobId) -> Result<Vec<JobEvent>> {
         self.visible_job(viewer, id).await?;
         let events = self.store().job_events(id).await?;
@@ -310,10 +310,10 @@ impl Tollgate {
         }
         Ok(events
             .into_iter()
-            .filter(|e| e.kind != "note")
+            .filter(|e| !matches!(e.happening, Happening::Note { .. }))
             .map(|mut e| {
-                if e.kind == "decision" {
-                    e.detail = serde_json::json!({"action": e.detail["action"]});
+                if let Happening::Decision(d) = &mut e.happening {
+                    *d = d.for_owner();
                 }
                 e
             })

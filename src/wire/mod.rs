@@ -401,10 +401,11 @@ pub struct EventObject {
 
 impl From<&JobEvent> for EventObject {
     fn from(e: &JobEvent) -> Self {
+        let (kind, detail) = e.happening.to_stored();
         EventObject {
             id: e.id,
-            kind: e.kind.clone(),
-            detail: e.detail.clone(),
+            kind,
+            detail,
             at: e.created_at,
         }
     }

@@ -72,6 +72,26 @@ impl TestDb {
         self.tollgate.store()
     }
 
+    /// A job's timeline, checked on the way: every entry, whether a trigger
+    /// or the engine wrote it, reads back as a known `Happening` (none is
+    /// left to a string match above the store).
+    pub async fn history(&self, job: tollgate::model::JobId) -> Vec<tollgate::store::JobEvent> {
+        let events = self
+            .store()
+            .job_events(job)
+            .await
+            .expect("reading a timeline");
+        for e in &events {
+            assert!(
+                !matches!(e.happening, tollgate::model::Happening::Unknown { .. }),
+                "an entry this build cannot read: {} {}",
+                e.kind(),
+                e.detail()
+            );
+        }
+        events
+    }
+
     /// Re-opens the engine over the same database and objects with a
     /// `TOLLGATE_CONFIG` file holding `toml` (models, faults, caps).
     pub async fn with_config(mut self, toml: &str) -> TestDb {

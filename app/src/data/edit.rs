@@ -50,7 +50,10 @@ pub struct StoryRow {
 #[cfg(feature = "ssr")]
 pub(super) mod ssr {
     use super::*;
-    use tollgate::model::{JobStatus, LineageState, REPAIRS_MAX};
+    use tollgate::model::{
+        CompareOutcome, Happening, JobStatus, LineageState, Purpose, ReviewAction, StepDone,
+        Verdict, REPAIRS_MAX,
+    };
     use tollgate::store::{Job, JobEvent, User};
     use tollgate::Tollgate;
 
@@ -129,125 +132,108 @@ pub(super) mod ssr {
     /// The timeline in a person's words: what happened to their order,
     /// not how the machinery did it.
     pub fn story(events: &[JobEvent]) -> Vec<StoryRow> {
-        let mut out = Vec::new();
         let mut sent = 0;
         // The terminal write carries the last step's record with it, so its
-        // event is stored first; a person reads the ending last.
-        let ending = |k: &str| {
-            matches!(
-                k,
-                "succeeded" | "failed" | "cancelled" | "refunded" | "cancelled_while_parked"
-            )
-        };
+        // entry is stored first; a person reads the ending last.
         let ordered = events
             .iter()
-            .filter(|e| !ending(&e.kind))
-            .chain(events.iter().filter(|e| ending(&e.kind)));
-        for e in ordered {
-            let d = &e.detail;
-            let s = |x: &str| d[x].as_str().unwrap_or_default().to_string();
-            let (what, tone) = match e.kind.as_str() {
-                "created" => (
-                    match d["credits"].as_i64() {
-                        Some(c) => format!("Ordered; {c} credits charged."),
-                        None => "Ordered.".to_string(),
-                    },
-                    "plain",
-                ),
-                "step" => match step_words(d) {
-                    Some(words) => words,
-                    None => continue,
-                },
-                "attempt" if d["purpose"].as_str().unwrap_or("generate") == "generate" => {
-                    sent += 1;
-                    if sent == 1 {
-                        ("Sent to the model.".into(), "plain")
-                    } else {
-                        ("Sent to the model again.".into(), "plain")
-                    }
-                }
-                "succeeded" => ("Finished.".into(), "ok"),
-                "failed" => (failure_words(&s("code")), "bad"),
-                "cancelled" => ("Cancelled.".into(), "plain"),
-                "refunded" => ("Refunded: your credits are back.".into(), "ok"),
-                "parked" => (
-                    "Waiting for a person to check it; nothing more is spent meanwhile.".into(),
-                    "warn",
-                ),
-                "decision" => (decision_words(&s("action")).into(), "plain"),
-                "cancelled_while_parked" => (
-                    "Cancelled while it waited for a reviewer; a reviewer still settles what the provider may have charged.".into(),
-                    "plain",
-                ),
-                _ => continue,
-            };
-            out.push(StoryRow {
-                what,
-                when: e.created_at.format("%H:%M:%S").to_string(),
-                tone: tone.into(),
-            });
-        }
-        out
+            .filter(|e| !e.happening.is_ending())
+            .chain(events.iter().filter(|e| e.happening.is_ending()));
+        ordered
+            .filter_map(|e| {
+                let (what, tone) = story_words(&e.happening, &mut sent)?;
+                Some(StoryRow {
+                    what,
+                    when: e.created_at.format("%H:%M:%S").to_string(),
+                    tone: tone.into(),
+                })
+            })
+            .collect()
     }
 
-    /// A workflow step in a person's words, or none for steps they need
-    /// not read about.
-    fn step_words(d: &serde_json::Value) -> Option<(String, &'static str)> {
-        let s = |x: &str| d[x].as_str().unwrap_or_default().to_string();
-        Some(match s("step").as_str() {
-            "readiness" => (
-                match d["observation"].as_str() {
+    /// One entry in a person's words, or none for the machinery's entries.
+    /// `sent` counts the paid sends so far.
+    fn story_words(h: &Happening, sent: &mut u32) -> Option<(String, &'static str)> {
+        Some(match h {
+            Happening::Created { credits, .. } => (format!("Ordered; {credits} credits charged."), "plain"),
+            Happening::Step(done) => step_words(done),
+            Happening::Attempt { purpose: Purpose::Generate, .. } => {
+                *sent += 1;
+                let again = if *sent == 1 { "" } else { " again" };
+                (format!("Sent to the model{again}."), "plain")
+            }
+            Happening::Succeeded {} => ("Finished.".into(), "ok"),
+            Happening::Failed { code } => (failure_words(code.as_deref()), "bad"),
+            Happening::Cancelled { .. } => ("Cancelled.".into(), "plain"),
+            Happening::Refunded {} => ("Refunded: your credits are back.".into(), "ok"),
+            Happening::Parked { .. } => (
+                "Waiting for a person to check it; nothing more is spent meanwhile.".into(),
+                "warn",
+            ),
+            Happening::Decision(d) => (decision_words(d.action).into(), "plain"),
+            Happening::CancelledWhileParked { .. } => (
+                "Cancelled while it waited for a reviewer; a reviewer still settles what the provider may have charged.".into(),
+                "plain",
+            ),
+            _ => return None,
+        })
+    }
+
+    /// A workflow step in a person's words.
+    fn step_words(done: &StepDone) -> (String, &'static str) {
+        match done {
+            StepDone::Readiness(r) => (
+                match r.observation.as_deref() {
                     Some(o) if !o.is_empty() => format!("Checked the photo: {o}"),
                     _ => "Checked the photo: ready to edit.".into(),
                 },
                 "ok",
             ),
-            "generate" => ("The model finished the edit.".into(), "ok"),
-            "review" => match s("verdict").as_str() {
-                "passed" => ("Checked the result: it looks right.".into(), "ok"),
-                "issues" => (
-                    format!("Checked the result and found something: {}", s("notes")),
+            StepDone::Generate(_) => ("The model finished the edit.".into(), "ok"),
+            StepDone::Review(r) => match r.verdict {
+                Verdict::Passed => ("Checked the result: it looks right.".into(), "ok"),
+                Verdict::Issues => (
+                    format!("Checked the result and found something: {}", r.notes),
                     "warn",
                 ),
-                _ => (
+                Verdict::NotVerified => (
                     "The result could not be checked (not verified).".into(),
                     "warn",
                 ),
             },
-            "compare" => match s("outcome").as_str() {
-                "improved" => (
+            StepDone::Compare(c) => match c.outcome {
+                Some(CompareOutcome::Improved) => (
                     "Compared with the version you had: better, so this one is yours now.".into(),
                     "ok",
                 ),
-                "unchanged" => (
+                Some(CompareOutcome::Unchanged) => (
                     "Compared with the version you had: no better, so we kept yours.".into(),
                     "warn",
                 ),
-                "worse" => (
+                Some(CompareOutcome::Worse) => (
                     "Compared with the version you had: worse, so we kept yours.".into(),
                     "warn",
                 ),
-                _ => (
+                None => (
                     "The comparison could not run, so we kept the version you had.".into(),
                     "warn",
                 ),
             },
-            _ => return None,
-        })
+        }
     }
 
     /// Why a job stopped, from its error code.
-    fn failure_words(code: &str) -> String {
+    fn failure_words(code: Option<&str>) -> String {
         match code {
-            "NOT_READY" => {
+            Some("NOT_READY") => {
                 "Stopped before anything was paid for: the photo needs an answer from you first."
                     .to_string()
             }
-            "SPENDING_PAUSED" => {
+            Some("SPENDING_PAUSED") => {
                 "Stopped: spending is paused today, so nothing was sent.".to_string()
             }
-            "" => "Stopped: it did not work.".to_string(),
-            code => format!(
+            None | Some("") => "Stopped: it did not work.".to_string(),
+            Some(code) => format!(
                 "Stopped: it did not work ({}).",
                 code.to_lowercase().replace('_', " ")
             ),
@@ -255,14 +241,17 @@ pub(super) mod ssr {
     }
 
     /// What a reviewer's decision means for the person.
-    fn decision_words(action: &str) -> &'static str {
+    fn decision_words(action: ReviewAction) -> &'static str {
         match action {
-            "reconcile" => "A reviewer found the provider's job for this edit.",
-            "resume_poll" => "A reviewer asked us to check on it with the provider again.",
-            "retry_delivery" => "A reviewer asked us to fetch the finished result again.",
-            "accept_failure" => "A reviewer closed it as failed.",
-            "new_attempt" => "A reviewer ordered a new attempt in its place.",
-            _ => "A reviewer decided what happens next.",
+            ReviewAction::Reconcile => "A reviewer found the provider's job for this edit.",
+            ReviewAction::ResumePoll => {
+                "A reviewer asked us to check on it with the provider again."
+            }
+            ReviewAction::RetryDelivery => {
+                "A reviewer asked us to fetch the finished result again."
+            }
+            ReviewAction::AcceptFailure => "A reviewer closed it as failed.",
+            ReviewAction::NewAttempt => "A reviewer ordered a new attempt in its place.",
         }
     }
 }

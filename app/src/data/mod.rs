@@ -245,11 +245,25 @@ pub struct AttemptRow {
     pub cost_source: Option<String>,
 }
 
+/// One entry of the detailed timeline (reviewers and admins), on the job's
+/// page and on its parked record's.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct EventRow {
     pub kind: String,
     pub when: String,
     pub detail: String,
+}
+
+#[cfg(feature = "ssr")]
+impl EventRow {
+    pub fn of(e: &tollgate::store::JobEvent) -> EventRow {
+        let (kind, detail) = e.happening.to_stored();
+        EventRow {
+            kind,
+            when: e.created_at.format("%Y-%m-%d %H:%M:%S UTC").to_string(),
+            detail: describe(&detail),
+        }
+    }
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -467,11 +481,7 @@ pub async fn load_job_detail(id: String) -> Result<JobDetail, ServerFnError> {
         events: events
             .into_iter()
             .filter(|_| detailed)
-            .map(|e| EventRow {
-                kind: e.kind,
-                when: e.created_at.format("%Y-%m-%d %H:%M:%S UTC").to_string(),
-                detail: describe(&e.detail),
-            })
+            .map(|e| EventRow::of(&e))
             .collect(),
     })
 }

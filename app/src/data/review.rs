@@ -151,13 +151,6 @@ pub struct ReviewAttemptRow {
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-pub struct ReviewEventRow {
-    pub kind: String,
-    pub when: String,
-    pub detail: String,
-}
-
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct ReviewRecord {
     pub id: String,
     pub job_id: String,
@@ -190,7 +183,7 @@ pub struct ReviewRecord {
     pub allowed: Vec<ActionRow>,
     pub attempts: Vec<ReviewAttemptRow>,
     pub decisions: Vec<DecisionRow>,
-    pub events: Vec<ReviewEventRow>,
+    pub events: Vec<super::EventRow>,
 }
 
 /// "3 h 12 min", "2 d 4 h", "45 s".
@@ -514,14 +507,6 @@ pub async fn load_review_record(id: String) -> Result<ReviewRecord, ServerFnErro
         },
         attempts: v.attempts.iter().map(record::attempt_row).collect(),
         decisions: v.decisions.iter().map(decision_row).collect(),
-        events: v
-            .events
-            .iter()
-            .map(|e| ReviewEventRow {
-                kind: e.kind.clone(),
-                when: e.created_at.format("%Y-%m-%d %H:%M:%S UTC").to_string(),
-                detail: super::describe(&e.detail),
-            })
-            .collect(),
+        events: v.events.iter().map(super::EventRow::of).collect(),
     })
 }

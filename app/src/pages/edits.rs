@@ -1,6 +1,6 @@
 //! My edits (a list with status and thumbnails) and one edit's detail.
 
-use super::LoadError;
+use super::{LoadError, Timeline};
 use crate::data::{
     load_job_detail, my_jobs, AttemptRow, EventRow, JobDetail, JobRow, LineageView, ParkedRow,
     StoryRow,
@@ -316,15 +316,7 @@ fn DetailedTimeline(events: Vec<EventRow>) -> impl IntoView {
     view! {
         <details class="detailed" open>
             <summary class="card-title">"Detailed timeline"</summary>
-            <ol class="timeline" data-testid="timeline">
-                {events.into_iter().map(|e| view! {
-                    <li>
-                        <span class="timeline-kind">{e.kind}</span>
-                        <span class="muted small">{e.when}</span>
-                        {(!e.detail.is_empty()).then(|| view! { <span class="small muted timeline-detail">{e.detail}</span> })}
-                    </li>
-                }).collect_view()}
-            </ol>
+            <Timeline events=events />
         </details>
     }
 }

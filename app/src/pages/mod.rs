@@ -67,3 +67,20 @@ pub fn FlashMessage(flash: Flash) -> impl IntoView {
         </div>
     }
 }
+
+/// Every timeline entry as recorded, for reviewers and admins (the job's
+/// page and its parked record's).
+#[component]
+pub fn Timeline(events: Vec<crate::data::EventRow>) -> impl IntoView {
+    view! {
+        <ol class="timeline" data-testid="timeline">
+            {events.into_iter().map(|e| view! {
+                <li>
+                    <span class="timeline-kind">{e.kind}</span>
+                    <span class="muted small">{e.when}</span>
+                    {(!e.detail.is_empty()).then(|| view! { <span class="small muted timeline-detail">{e.detail}</span> })}
+                </li>
+            }).collect_view()}
+        </ol>
+    }
+}

@@ -5,7 +5,7 @@
 //! is held, the attempts and timeline, and only the actions its stage
 //! permits, each a form that requires evidence.
 
-use super::LoadError;
+use super::{LoadError, Timeline};
 use crate::data::{
     load_review_queue, load_review_record, ActionRow, DecisionRow, QueueRow, ReviewAttemptRow,
     ReviewFilters, ReviewQueue, ReviewRecord, StageCount,
@@ -421,15 +421,7 @@ fn RecordView(r: ReviewRecord) -> impl IntoView {
             </section>
             <section class="card">
                 <h2 class="card-title">"Timeline"</h2>
-                <ol class="timeline" data-testid="timeline">
-                    {events.into_iter().map(|e| view! {
-                        <li>
-                            <span class="timeline-kind">{e.kind}</span>
-                            <span class="muted small">{e.when}</span>
-                            {(!e.detail.is_empty()).then(|| view! { <span class="small muted timeline-detail">{e.detail}</span> })}
-                        </li>
-                    }).collect_view()}
-                </ol>
+                <Timeline events=events />
             </section>
         </div>
     }

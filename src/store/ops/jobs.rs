@@ -249,8 +249,7 @@ impl Backend {
                 Ok(JobEvent {
                     id: r.try_get("id")?,
                     job_id: JobId(r.try_get("job_id")?),
-                    kind: r.try_get("kind")?,
-                    detail: detail.0,
+                    happening: Happening::from_stored(r.try_get("kind")?, detail.0),
                     created_at: r.try_get("created_at")?,
                 })
             })
@@ -261,19 +260,11 @@ impl Backend {
     pub async fn note_event(
         &self,
         job: JobId,
-        kind: &str,
-        detail: &serde_json::Value,
+        happening: &Happening,
         at: DateTime<Utc>,
     ) -> StoreResult<()> {
-        sqlx::query(
-            "INSERT INTO job_events (job_id, kind, detail, created_at) VALUES ($1, $2, $3, $4)",
-        )
-        .bind(job.0)
-        .bind(kind)
-        .bind(Json(detail))
-        .bind(at)
-        .execute(&self.writer)
-        .await?;
+        let mut conn = self.writer.acquire().await?;
+        super::within::event_in(&mut conn, job, happening, at).await?;
         self.committed(Purpose::Other, 1);
         Ok(())
     }

@@ -21,9 +21,10 @@ mod within;
 use super::{Backend, Db};
 use crate::model::scrub;
 use crate::model::{
-    ApiTokenId, AssetId, AttemptId, AttemptState, CostSource, Credits, DecisionId, Email, JobId,
-    JobKind, JobRequest, JobStatus, LedgerEntryId, LedgerKind, ParkedId, ParkedState, Progress,
-    Purpose as AttemptPurpose, RecoveryState, Review, ReviewAction, Role, UserId,
+    ApiTokenId, AssetId, AttemptId, AttemptState, CostSource, Credits, DecisionId, Email,
+    Happening, JobId, JobKind, JobRequest, JobStatus, LedgerEntryId, LedgerKind, ParkedId,
+    ParkedState, Progress, Purpose as AttemptPurpose, RecoveryState, Review, ReviewAction, Role,
+    UserId,
 };
 use crate::store::records::*;
 use crate::store::{StoreError, StoreResult};

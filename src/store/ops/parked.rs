@@ -226,8 +226,8 @@ impl Backend {
         let decision = latest_decision(&mut tx, d.parked_id)
             .await?
             .ok_or_else(|| corrupt("a decision that was not written"))?;
-        let detail = decision_detail(d, &decision.reviewer_email, locked.round);
-        insert_event(&mut tx, locked.job, "decision", &detail, d.decided_at).await?;
+        let note = decision_note(d, &decision.reviewer_email, locked.round);
+        super::within::event_in(&mut tx, locked.job, &note, d.decided_at).await?;
         tx.commit().await?;
         self.committed(Purpose::Other, statements + 2);
         Ok(Decided::Created(decision))
@@ -265,7 +265,11 @@ impl Backend {
         text: &str,
         at: DateTime<Utc>,
     ) -> StoreResult<JobEvent> {
-        let detail = serde_json::json!({"text": scrub::text(text), "by": by.as_str()});
+        let happening = Happening::Note {
+            text: scrub::text(text),
+            by: by.as_str().to_string(),
+        };
+        let detail = happening.to_stored().1;
         let row = sqlx::query(
             "INSERT INTO job_events (job_id, kind, detail, created_at) \
              SELECT job_id, 'note', $2, $3 FROM parked WHERE id = $1 RETURNING id, job_id",
@@ -280,8 +284,7 @@ impl Backend {
         Ok(JobEvent {
             id: row.try_get("id")?,
             job_id: JobId(row.try_get("job_id")?),
-            kind: "note".into(),
-            detail,
+            happening,
             created_at: at,
         })
     }
@@ -526,14 +529,10 @@ async fn close_cancelled_in(
         .bind(d.decided_at)
         .execute(&mut *conn)
         .await?;
-    insert_event(
-        conn,
-        job,
-        "review_closed",
-        &serde_json::json!({"outcome": "cancelled"}),
-        d.decided_at,
-    )
-    .await?;
+    let closed = Happening::ReviewClosed {
+        outcome: JobStatus::Cancelled,
+    };
+    super::within::event_in(conn, job, &closed, d.decided_at).await?;
     statements += 3;
     Ok(Ok(statements))
 }
@@ -600,9 +599,19 @@ async fn charge_new_attempt_in(
     .bind(n.0)
     .execute(&mut *conn)
     .await?;
-    let detail = |other: JobId| serde_json::json!({"job": other, "duplicate_cost_usd": exposure});
-    insert_event(conn, job, "new_attempt", &detail(n), d.decided_at).await?;
-    insert_event(conn, n, "replaces", &detail(job), d.decided_at).await?;
+    let cost = Some(exposure);
+    let (forward, back) = (
+        Happening::NewAttempt {
+            job: n,
+            duplicate_cost_usd: cost,
+        },
+        Happening::Replaces {
+            job,
+            duplicate_cost_usd: cost,
+        },
+    );
+    super::within::event_in(conn, job, &forward, d.decided_at).await?;
+    super::within::event_in(conn, n, &back, d.decided_at).await?;
     let mut statements = 3;
     if let Some(ring) = super::super::RING {
         sqlx::query(ring)
@@ -616,23 +625,16 @@ async fn charge_new_attempt_in(
 
 /// The decision on the job's timeline: what was decided, by whom and on
 /// what evidence (the owner's view of the timeline keeps only the action).
-fn decision_detail(d: &NewDecision, reviewer: &Email, round: i32) -> serde_json::Value {
-    let mut detail = serde_json::json!({
-        "action": d.remedy.action().as_str(),
-        "reviewer": reviewer.as_str(),
-        "evidence": scrub::text(&d.evidence),
-        "round": round,
-    });
-    if let Some(r) = d.remedy.refund() {
-        detail["refund"] = r.into();
-    }
-    if let Some(r) = d.remedy.release_hold() {
-        detail["release_hold"] = r.into();
-    }
-    if let Some(id) = d.remedy.provider_job_id() {
-        detail["provider_job_id"] = id.into();
-    }
-    detail
+fn decision_note(d: &NewDecision, reviewer: &Email, round: i32) -> Happening {
+    Happening::Decision(crate::model::DecisionNote {
+        action: d.remedy.action(),
+        reviewer: Some(reviewer.as_str().to_string()),
+        evidence: Some(scrub::text(&d.evidence)),
+        round: Some(round),
+        refund: d.remedy.refund(),
+        release_hold: d.remedy.release_hold(),
+        provider_job_id: d.remedy.provider_job_id().map(str::to_string),
+    })
 }
 
 async fn latest_decision(conn: &mut Conn, parked: ParkedId) -> StoreResult<Option<Decision>> {
@@ -644,23 +646,4 @@ async fn latest_decision(conn: &mut Conn, parked: ParkedId) -> StoreResult<Optio
         .fetch_optional(conn)
         .await?;
     row.as_ref().map(decision_from_row).transpose()
-}
-
-async fn insert_event(
-    conn: &mut Conn,
-    job: JobId,
-    kind: &str,
-    detail: &serde_json::Value,
-    at: DateTime<Utc>,
-) -> StoreResult<()> {
-    sqlx::query(
-        "INSERT INTO job_events (job_id, kind, detail, created_at) VALUES ($1, $2, $3, $4)",
-    )
-    .bind(job.0)
-    .bind(kind)
-    .bind(Json(detail))
-    .bind(at)
-    .execute(conn)
-    .await?;
-    Ok(())
 }

@@ -33,6 +33,13 @@ struct Event {
     detail: serde_json::Value,
 }
 
+impl Event {
+    fn of(job: JobId, happening: &Happening) -> Event {
+        let (kind, detail) = happening.to_stored();
+        Event { job, kind, detail }
+    }
+}
+
 impl Backend {
     /// Applies many runs' units in one transaction; each result belongs to
     /// the unit at the same place. A stale unit is refused alone. When the
@@ -141,12 +148,8 @@ fn next_phase<'a>(going: &mut [Going<'a>]) -> Phase<'a> {
             continue;
         }
         // Events take no statement: they go in with the batch's last.
-        while let Some(Step::Op(Op::Event { kind, detail })) = g.steps.get(g.next) {
-            g.events.push(Event {
-                job: g.unit.job,
-                kind: kind.clone(),
-                detail: detail.clone(),
-            });
+        while let Some(Step::Op(Op::Event(happening))) = g.steps.get(g.next) {
+            g.events.push(Event::of(g.unit.job, happening));
             g.next += 1;
         }
         let Some(step) = g.steps.get(g.next).copied() else {
@@ -937,15 +940,12 @@ async fn park_job_in(
     }
     park_record_in(conn, job, p, now, events, statements).await?;
     // The timeline says why in words; the evidence is on the record.
-    let mut detail = serde_json::json!({"stage": p.stage.as_str(), "reason": p.evidence["reason"]});
-    if let Some(id) = &p.provider_job_id {
-        detail["provider_job_id"] = serde_json::json!(id);
-    }
-    events.push(Event {
-        job,
-        kind: "parked".into(),
-        detail,
-    });
+    let parked = Happening::Parked {
+        stage: p.stage,
+        reason: parked_reason(p),
+        provider_job_id: p.provider_job_id.clone(),
+    };
+    events.push(Event::of(job, &parked));
     Ok(Some(row))
 }
 
@@ -994,11 +994,11 @@ async fn park_record_in(
         .execute(&mut *conn)
         .await?;
         *statements += 1;
-        events.push(Event {
-            job,
-            kind: "recovery_failed".into(),
-            detail: serde_json::json!({"stage": p.stage.as_str(), "reason": p.evidence["reason"]}),
-        });
+        let failed = Happening::RecoveryFailed {
+            stage: p.stage,
+            reason: parked_reason(p),
+        };
+        events.push(Event::of(job, &failed));
     } else {
         sqlx::query(
             "INSERT INTO parked (id, job_id, stage, evidence, provider, model, provider_job_id, \
@@ -1050,4 +1050,9 @@ async fn insert_events(conn: &mut Conn, events: &[Event]) -> StoreResult<u64> {
         statements += 1;
     }
     Ok(statements)
+}
+
+/// The parked evidence's reason in words, for the timeline.
+fn parked_reason(p: &NewParked) -> Option<String> {
+    p.evidence["reason"].as_str().map(str::to_string)
 }

@@ -134,14 +134,7 @@ pub(super) async fn refund_in(conn: &mut Conn, job: JobId, at: DateTime<Utc>) ->
     .await?;
     let refunded = r.rows_affected() == 1;
     if refunded {
-        sqlx::query(
-            "INSERT INTO job_events (job_id, kind, detail, created_at) VALUES ($1, 'refunded', $2, $3)",
-        )
-        .bind(job.0)
-        .bind(Json(serde_json::json!({})))
-        .bind(at)
-        .execute(&mut *conn)
-        .await?;
+        event_in(conn, job, &Happening::Refunded {}, at).await?;
         free_repair_in(conn, job, at).await?;
     }
     Ok(refunded)
@@ -263,4 +256,25 @@ async fn write_deliveries(
         .await?;
     }
     Ok(2 + targets.len() as u64)
+}
+
+/// One entry on a job's timeline, written as it is stored (the kinds the
+/// triggers write are read back by the same type).
+pub(super) async fn event_in(
+    conn: &mut Conn,
+    job: JobId,
+    happening: &Happening,
+    at: DateTime<Utc>,
+) -> StoreResult<()> {
+    let (kind, detail) = happening.to_stored();
+    sqlx::query(
+        "INSERT INTO job_events (job_id, kind, detail, created_at) VALUES ($1, $2, $3, $4)",
+    )
+    .bind(job.0)
+    .bind(kind)
+    .bind(Json(detail))
+    .bind(at)
+    .execute(conn)
+    .await?;
+    Ok(())
 }
