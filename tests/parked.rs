@@ -22,6 +22,7 @@ use tollgate::store::{
     Applied, Claim, Finish, Hold, NewAttempt, NewParked, Op, Parked, Unit, User,
 };
 use tollgate::usecases::parked::DecisionRequest;
+use tollgate::wire::JobObject;
 use tollgate::Error;
 use tollgate_testkit::both_backends;
 use tollgate_testkit::{MockServer, TestDb};
@@ -430,10 +431,22 @@ async fn a_new_generation_is_not_a_recovery_action(db: TestDb) {
     assert_eq!(d.duplicate_cost_usd, Some(usd("0.04")));
     let original = db.store().job(job).await.unwrap().unwrap();
     assert_eq!(original.status, JobStatus::Failed);
-    assert_eq!(original.error.unwrap()["code"], "REPLACED_BY_NEW_ATTEMPT");
+    assert_eq!(
+        original.error.clone().unwrap()["code"],
+        "REPLACED_BY_NEW_ATTEMPT"
+    );
+    // An API client holding the old id follows it to the new job (the
+    // failure's webhook envelope is this job object too).
+    assert_eq!(original.replaced_by, Some(new));
+    let object = serde_json::to_value(JobObject::new(&original, &[], None)).unwrap();
+    assert_eq!(object["replaced_by"], json!(new));
+    assert_eq!(object["replaces"], json!(null));
     let replacement = db.store().job(new).await.unwrap().unwrap();
     assert_eq!(replacement.status, JobStatus::Queued);
     assert_eq!(replacement.replaces, Some(job));
+    let object = serde_json::to_value(JobObject::new(&replacement, &[], None)).unwrap();
+    assert_eq!(object["replaces"], json!(job));
+    assert_eq!(object["replaced_by"], json!(null));
     assert_eq!(replacement.request_sha256, original.request_sha256);
     assert!(replacement.idempotency_key.is_none());
     // The person pays once: the original refunded, the new one charged.

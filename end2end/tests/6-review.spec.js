@@ -22,6 +22,7 @@ test.describe.serial('review', () => {
   let jobId;
   let cancelledId;
   let paidBefore;
+  let replacedIds;
 
   test('an admin adds a reviewer', async ({ page }) => {
     await signIn(page, ADMIN);
@@ -195,6 +196,7 @@ test.describe.serial('review', () => {
       expect(r.status()).toBe(201);
       ids.push((await r.json()).id);
     }
+    replacedIds = ids;
     for (const id of ids) {
       await expect(async () => {
         const j = await (await page.request.get(`/v1/jobs/${id}`)).json();
@@ -228,6 +230,21 @@ test.describe.serial('review', () => {
       const after = (await (await request.get(`${MOCK}/_mock/stats`)).json()).paid_predictions;
       expect(after).toBe(before + 2);
     }).toPass({ timeout: 30_000 });
+    // A client holding the old id follows it to the new job, both ways.
+    const old = await (await page.request.get(`/v1/jobs/${replacedIds[0]}`)).json();
+    expect(old.status).toBe('failed');
+    expect(old.replaced_by).toBeTruthy();
+    const replacement = await (await page.request.get(`/v1/jobs/${old.replaced_by}`)).json();
+    expect(replacement.replaces).toBe(old.id);
+    // The owner's page says so in words and links to the new attempt.
+    await page.context().clearCookies();
+    await signIn(page, PAINTER);
+    await page.goto(`/edits/${old.id}`);
+    await expect(page.getByTestId('replaced-by')).toContainText('you pay once');
+    await shot(page, '49-replaced-by');
+    await page.getByTestId('replaced-by').getByRole('link', { name: 'Follow the new attempt' }).click();
+    await expect(page).toHaveURL(new RegExp(`/edits/${old.replaced_by}$`));
+    await expect(page.getByTestId('replaces')).toContainText('See the earlier attempt');
   });
 
   test('a person who is not a reviewer cannot open the queue', async ({ page }) => {

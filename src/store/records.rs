@@ -115,6 +115,8 @@ pub struct Job {
     pub progress: Progress,
     /// The job a reviewer's `new_attempt` made this one to replace.
     pub replaces: Option<JobId>,
+    /// The job a reviewer's `new_attempt` made in this one's place.
+    pub replaced_by: Option<JobId>,
     /// A repair's lineage (its original) and the version it repairs; both
     /// `None` for an original.
     pub lineage_root: Option<JobId>,

@@ -296,6 +296,11 @@ pub struct JobObject {
     /// Image edits only.
     pub lineage: Option<Lineage>,
     pub cost: CostSummary,
+    /// The job this one was ordered in place of, by a reviewer's `new_attempt`.
+    pub replaces: Option<JobId>,
+    /// The job a reviewer's `new_attempt` ordered in this one's place: a
+    /// client holding this id follows it there.
+    pub replaced_by: Option<JobId>,
 }
 
 impl JobObject {
@@ -325,6 +330,8 @@ impl JobObject {
             review: job.review.clone(),
             lineage,
             cost: CostSummary::from(attempts),
+            replaces: job.replaces,
+            replaced_by: job.replaced_by,
         }
     }
 }

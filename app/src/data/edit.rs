@@ -229,6 +229,9 @@ pub(super) mod ssr {
                 "Stopped before anything was paid for: the photo needs an answer from you first."
                     .to_string()
             }
+            Some("REPLACED_BY_NEW_ATTEMPT") => {
+                "Closed: a new attempt took its place, so this one stops here.".to_string()
+            }
             Some("SPENDING_PAUSED") => {
                 "Stopped: spending is paused today, so nothing was sent.".to_string()
             }

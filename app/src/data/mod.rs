@@ -229,6 +229,10 @@ pub struct JobRow {
     /// A finished repair that did not improve: `output_url` is the version
     /// kept, and the candidate is here.
     pub candidate_url: Option<String>,
+    /// The job a reviewer's new attempt replaced, and the one that replaced
+    /// this job: each page links to the other.
+    pub replaces: Option<String>,
+    pub replaced_by: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -382,6 +386,8 @@ fn job_row(j: tollgate::store::Job) -> JobRow {
             .retained_previous()
             .then(|| format!("/v1/jobs/{}/output", j.id)),
         instruction: j.instruction.clone(),
+        replaces: j.replaces.map(|id| id.to_string()),
+        replaced_by: j.replaced_by.map(|id| id.to_string()),
         output_content_type: j.output_content_type.clone(),
         review: j.review.as_ref().map(|r| {
             let verdict = match r.verdict {

@@ -213,7 +213,24 @@ fn ResultCard(job: JobRow, versions: Option<Slides>) -> impl IntoView {
                 {notes}
             </p>
         })}
-        {job.error.map(|e| view! { <div class="flash flash-error" role="alert"><p>{e}</p></div> })}
+        {job.replaces.clone().map(|old| view! {
+            <div class="callout" data-testid="replaces" role="status">
+                <p class="small">"A reviewer ordered this edit in place of one that could not finish; you paid once. "
+                    <a href=format!("/edits/{old}")>"See the earlier attempt"</a>"."</p>
+            </div>
+        })}
+        {match job.replaced_by.clone() {
+            // Replaced is not a failure the person must act on: point to
+            // the new attempt instead of showing the internal error.
+            Some(new) => view! {
+                <div class="callout" data-testid="replaced-by" role="status">
+                    <strong>"A reviewer ordered a new attempt in this one's place."</strong>
+                    <p class="small">"Your credits for this one came back, and the new attempt was charged the same, so you pay once. "
+                        <a href=format!("/edits/{new}")>"Follow the new attempt"</a>"."</p>
+                </div>
+            }.into_any(),
+            None => job.error.map(|e| view! { <div class="flash flash-error" role="alert"><p>{e}</p></div> }).into_any(),
+        }}
         {(!questions.is_empty()).then(|| view! {
             <div class="questions">
                 <p><strong>"Before we try again:"</strong></p>

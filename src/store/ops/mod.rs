@@ -59,7 +59,7 @@ const ASSET_COLUMNS: &str =
     "id, user_id, sha256, content_type, width, height, bytes, object_key, created_at";
 const JOB_COLUMNS: &str = "id, user_id, kind, status, request, request_sha256, idempotency_key, \
      credits, estimated_usd, error, created_at, completed_at, output_content_type, review, progress, \
-     replaces, lineage_root, repair_of, instruction, media_purged_at";
+     replaces, replaced_by, lineage_root, repair_of, instruction, media_purged_at";
 const ATTEMPT_COLUMNS: &str = "id, job_id, purpose, provider, endpoint, model, attempt_no, state, \
      idempotency_key, provider_job_id, error_class, error, duration_ms, usage, cost_usd, cost_source, \
      hold_usd, budget_day, settled_usd, started_at, finished_at";
@@ -165,6 +165,9 @@ fn job_from_row(row: &Row) -> StoreResult<Job> {
         review: review.map(|r| r.0),
         progress: progress.map(|p| p.0).unwrap_or_default(),
         replaces: row.try_get::<Option<uuid::Uuid>, _>("replaces")?.map(JobId),
+        replaced_by: row
+            .try_get::<Option<uuid::Uuid>, _>("replaced_by")?
+            .map(JobId),
         lineage_root: row
             .try_get::<Option<uuid::Uuid>, _>("lineage_root")?
             .map(JobId),

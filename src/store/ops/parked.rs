@@ -550,13 +550,14 @@ async fn end_in(
     let new_job = d.remedy.new_job();
     let mut statements = abandon_open_attempts(conn, d, job).await?;
     let sql = format!(
-        "UPDATE jobs SET status = 'failed', error = $2, completed_at = $3 \
+        "UPDATE jobs SET status = 'failed', error = $2, completed_at = $3, replaced_by = $4 \
          WHERE id = $1 AND status = 'parked' RETURNING {JOB_COLUMNS}"
     );
     let ended = sqlx::query(&sql)
         .bind(job.0)
         .bind(Json(d.remedy.failure().cloned().unwrap_or_default()))
         .bind(d.decided_at)
+        .bind(new_job.map(|n| n.0))
         .fetch_optional(&mut *conn)
         .await?;
     let Some(ended) = ended else {
