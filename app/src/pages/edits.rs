@@ -178,6 +178,35 @@ fn Detail(detail: JobDetail) -> impl IntoView {
     }
 }
 
+/// How a job stands beside the one a reviewer's new attempt put in its
+/// place: each links to the other. A replaced job's error is not a failure
+/// the person must act on, so the link stands in its place.
+#[component]
+fn Replacement(
+    replaces: Option<String>,
+    replaced_by: Option<String>,
+    error: Option<String>,
+) -> impl IntoView {
+    view! {
+        {replaces.map(|old| view! {
+            <div class="callout" data-testid="replaces" role="status">
+                <p class="small">"A reviewer ordered this edit in place of one that could not finish; you paid once. "
+                    <a href=format!("/edits/{old}")>"See the earlier attempt"</a>"."</p>
+            </div>
+        })}
+        {match replaced_by {
+            Some(new) => view! {
+                <div class="callout" data-testid="replaced-by" role="status">
+                    <strong>"A reviewer ordered a new attempt in this one's place."</strong>
+                    <p class="small">"Your credits for this one came back, and the new attempt was charged the same, so you pay once. "
+                        <a href=format!("/edits/{new}")>"Follow the new attempt"</a>"."</p>
+                </div>
+            }.into_any(),
+            None => error.map(|e| view! { <div class="flash flash-error" role="alert"><p>{e}</p></div> }).into_any(),
+        }}
+    }
+}
+
 /// The result (or the uploaded photo while there is none), what its review
 /// found, and what to do when the photo was not ready.
 #[component]
@@ -213,24 +242,7 @@ fn ResultCard(job: JobRow, versions: Option<Slides>) -> impl IntoView {
                 {notes}
             </p>
         })}
-        {job.replaces.clone().map(|old| view! {
-            <div class="callout" data-testid="replaces" role="status">
-                <p class="small">"A reviewer ordered this edit in place of one that could not finish; you paid once. "
-                    <a href=format!("/edits/{old}")>"See the earlier attempt"</a>"."</p>
-            </div>
-        })}
-        {match job.replaced_by.clone() {
-            // Replaced is not a failure the person must act on: point to
-            // the new attempt instead of showing the internal error.
-            Some(new) => view! {
-                <div class="callout" data-testid="replaced-by" role="status">
-                    <strong>"A reviewer ordered a new attempt in this one's place."</strong>
-                    <p class="small">"Your credits for this one came back, and the new attempt was charged the same, so you pay once. "
-                        <a href=format!("/edits/{new}")>"Follow the new attempt"</a>"."</p>
-                </div>
-            }.into_any(),
-            None => job.error.map(|e| view! { <div class="flash flash-error" role="alert"><p>{e}</p></div> }).into_any(),
-        }}
+        <Replacement replaces=job.replaces.clone() replaced_by=job.replaced_by.clone() error=job.error.clone() />
         {(!questions.is_empty()).then(|| view! {
             <div class="questions">
                 <p><strong>"Before we try again:"</strong></p>
