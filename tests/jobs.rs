@@ -8,6 +8,8 @@ use std::sync::Arc;
 use tokio::sync::Barrier;
 use tollgate::model::{Credits, JobStatus, Role};
 use tollgate::store::{Applied, Finish, Op, Unit, User};
+use tollgate::usecases::jobs::JobQuery;
+use tollgate::usecases::webhooks::DeliveryQuery;
 use tollgate_testkit::both_backends;
 use tollgate_testkit::TestDb;
 
@@ -195,10 +197,10 @@ async fn identical_racing_submits_make_one_job(db: TestDb) {
     assert_eq!(ids.len(), 1, "every reply names the same job");
     let jobs =
         a.db.tollgate
-            .list_jobs(&u, None, Some(100), None, false)
+            .list_jobs(&u, &JobQuery::parse(None, Some(100), None).unwrap())
             .await
             .unwrap()
-            .0;
+            .items;
     assert_eq!(jobs.len(), 1);
     assert_eq!(a.balance(&u).await, 10 - 2);
     let debits = a.db.store().ledger_for_user(u.id, 100).await.unwrap();
@@ -245,10 +247,10 @@ async fn racing_submits_never_overdraw(db: TestDb) {
     assert_eq!(a.balance(&u).await, 0);
     let jobs =
         a.db.tollgate
-            .list_jobs(&u, None, Some(100), None, false)
+            .list_jobs(&u, &JobQuery::parse(None, Some(100), None).unwrap())
             .await
             .unwrap()
-            .0;
+            .items;
     assert_eq!(jobs.len(), 3, "a refused charge leaves no job behind");
 }
 
@@ -533,10 +535,10 @@ async fn bad_submissions_change_nothing(db: TestDb) {
     assert!(a
         .db
         .tollgate
-        .list_jobs(&u, None, Some(10), None, false)
+        .list_jobs(&u, &JobQuery::parse(None, Some(10), None).unwrap())
         .await
         .unwrap()
-        .0
+        .items
         .is_empty());
 }
 
@@ -1018,9 +1020,13 @@ mod retention {
                 t.store().job(id).await.unwrap().unwrap().status == JobStatus::Succeeded
             };
             let dead = t
-                .deliveries(&ana, Some("dead"), None, None, 10)
+                .deliveries(
+                    &ana,
+                    &DeliveryQuery::parse(Some("dead"), None, Some(10), None).unwrap(),
+                )
                 .await
                 .unwrap()
+                .items
                 .len();
             done(ja).await && done(jl).await && dead == 2
         })
@@ -1194,10 +1200,10 @@ mod fair_use {
         assert_eq!(made.len(), 5, "exactly the burst");
         let jobs =
             a.db.tollgate
-                .list_jobs(&u, None, Some(100), None, false)
+                .list_jobs(&u, &JobQuery::parse(None, Some(100), None).unwrap())
                 .await
                 .unwrap()
-                .0;
+                .items;
         assert_eq!(jobs.len(), 5, "no job for a refused request");
         let charged: i64 = made.iter().map(|(_, c)| c).sum();
         assert_eq!(

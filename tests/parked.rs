@@ -1972,23 +1972,40 @@ async fn the_queue_sorts_by_exposure_and_pages_through_it(db: TestDb) {
         ));
     }
     let mut seen = Vec::new();
+    let mut pages = Vec::new();
     let mut cursor = None;
-    loop {
-        let (page, next) = t
-            .parked_list(&tollgate::usecases::parked::ParkedQuery {
+    let exposure_page = |cursor: Option<String>| {
+        let t = t.clone();
+        async move {
+            t.parked_list(&tollgate::usecases::parked::ParkedQuery {
                 sort: Some("exposure".into()),
                 limit: Some(2),
-                cursor: cursor.clone(),
+                cursor,
                 ..Default::default()
             })
             .await
-            .unwrap();
-        seen.extend(page.iter().map(|r| (r.id, r.exposure_usd)));
-        match next {
-            Some(n) => cursor = Some(n),
-            None => break,
+            .unwrap()
         }
+    };
+    let last = loop {
+        let page = exposure_page(cursor.clone()).await;
+        seen.extend(page.items.iter().map(|r| (r.id, r.exposure_usd)));
+        pages.push(page.items.iter().map(|r| r.id).collect::<Vec<_>>());
+        match page.next.clone() {
+            Some(n) => cursor = Some(n),
+            None => break page,
+        }
+    };
+    // And back from the end, page by page, to the first.
+    let mut back = vec![pages.last().unwrap().clone()];
+    let mut prev = last.prev;
+    while let Some(p) = prev {
+        let page = exposure_page(Some(p)).await;
+        back.push(page.items.iter().map(|r| r.id).collect());
+        prev = page.prev;
     }
+    back.reverse();
+    assert_eq!(back, pages, "the pages back are the pages forward");
     let exposures: Vec<Usd> = seen.iter().map(|(_, e)| *e).collect();
     let expected: Vec<Usd> = ["0.30", "0.30", "0.11", "0.05", "0.02"]
         .into_iter()
@@ -1999,13 +2016,14 @@ async fn the_queue_sorts_by_exposure_and_pages_through_it(db: TestDb) {
     assert_eq!(seen[0].0, made[1].0);
     assert_eq!(seen[1].0, made[3].0);
     // A cursor of one order is refused by the other.
-    let (_, next) = t
+    let next = t
         .parked_list(&tollgate::usecases::parked::ParkedQuery {
             limit: Some(2),
             ..Default::default()
         })
         .await
-        .unwrap();
+        .unwrap()
+        .next;
     let e = t
         .parked_list(&tollgate::usecases::parked::ParkedQuery {
             sort: Some("exposure".into()),

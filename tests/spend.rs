@@ -446,7 +446,7 @@ async fn unknown_costs_stay_unknown_and_the_rollup_equals_the_raw_sum(db: TestDb
     assert_eq!(empty.total.attempts, 0);
     assert!(empty.models.is_empty());
     // The unpriced filter lists exactly the three.
-    let (list, _) = db
+    let list = db
         .tollgate
         .spend_attempts(&AttemptQuery {
             from: Some("2026-11-10".into()),
@@ -455,7 +455,8 @@ async fn unknown_costs_stay_unknown_and_the_rollup_equals_the_raw_sum(db: TestDb
             ..AttemptQuery::default()
         })
         .await
-        .unwrap();
+        .unwrap()
+        .items;
     assert_eq!(list.len(), 3);
     assert!(list.iter().all(|a| a.attempt.cost_usd.is_none()
         && matches!(
@@ -487,49 +488,66 @@ async fn the_attempt_list_filters_and_pages(db: TestDb) {
         q
     };
     let t = &db.tollgate;
-    let (all, next) = t.spend_attempts(&q(&|_| ())).await.unwrap();
-    assert_eq!((all.len(), next), (7, None));
+    let first = t.spend_attempts(&q(&|_| ())).await.unwrap();
+    assert_eq!((first.items.len(), first.next, first.prev), (7, None, None));
+    let all = first.items;
     assert!(all
         .iter()
         .all(|a| a.user_email.as_str() == "pages@example.com"));
-    let (failed, _) = t
+    let failed = t
         .spend_attempts(&q(&|q| q.error_class = Some("failed".into())))
         .await
-        .unwrap();
+        .unwrap()
+        .items;
     assert_eq!(failed.len(), 1);
-    let (unpriced, _) = t
+    let unpriced = t
         .spend_attempts(&q(&|q| q.unpriced_only = true))
         .await
-        .unwrap();
+        .unwrap()
+        .items;
     assert_eq!(unpriced.len(), 1);
-    let (ok, _) = t
+    let ok = t
         .spend_attempts(&q(&|q| q.state = Some("succeeded".into())))
         .await
-        .unwrap();
+        .unwrap()
+        .items;
     assert_eq!(ok.len(), 6);
-    let (none, _) = t
+    let none = t
         .spend_attempts(&q(&|q| q.model = Some("other".into())))
         .await
-        .unwrap();
+        .unwrap()
+        .items;
     assert!(none.is_empty());
     // Pages of three, in order, each attempt once.
-    let mut seen = Vec::new();
+    let page_of = |cursor: Option<String>| {
+        let query = q(&|q| {
+            q.limit = Some(3);
+            q.cursor = cursor.clone();
+        });
+        async move { t.spend_attempts(&query).await }
+    };
+    let mut pages = Vec::new();
     let mut cursor = None;
-    loop {
-        let (page, next) = t
-            .spend_attempts(&q(&|q| {
-                q.limit = Some(3);
-                q.cursor = cursor.clone();
-            }))
-            .await
-            .unwrap();
-        seen.extend(page.iter().map(|a| a.attempt.id));
-        match next {
+    let last = loop {
+        let page = page_of(cursor.clone()).await.unwrap();
+        pages.push(page.items.iter().map(|a| a.attempt.id).collect::<Vec<_>>());
+        match page.next.clone() {
             Some(n) => cursor = Some(n),
-            None => break,
+            None => break page,
         }
-    }
+    };
+    let seen: Vec<_> = pages.concat();
     assert_eq!(seen, all.iter().map(|a| a.attempt.id).collect::<Vec<_>>());
+    // And back, page by page, to the first.
+    let mut back = vec![pages.last().unwrap().clone()];
+    let mut prev = last.prev;
+    while let Some(p) = prev {
+        let page = page_of(Some(p)).await.unwrap();
+        back.push(page.items.iter().map(|a| a.attempt.id).collect());
+        prev = page.prev;
+    }
+    back.reverse();
+    assert_eq!(back, pages, "the pages back are the pages forward");
     // Bad filters are refused, not ignored.
     for bad in [
         q(&|q| q.state = Some("paid".into())),

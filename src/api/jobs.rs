@@ -3,12 +3,11 @@
 
 use super::ApiJson;
 use crate::model::{
-    JobId, JobKind, JobStatus, LineageState, RawImageEdit, RawVideo, Resolution, Strength,
-    TargetKind, Usd, STYLES,
+    JobId, JobStatus, RawImageEdit, RawVideo, Resolution, Strength, TargetKind, Usd, STYLES,
 };
-use crate::store::{Attempt, Job};
 use crate::usecases::auth::{AnyUser, Authorized};
 use crate::usecases::error::{Error, Result};
+use crate::usecases::jobs::{JobQuery, JobView};
 use crate::wire::{
     AttemptList, AttemptObject, ErrorBody, EventList, EventObject, JobObject, JobPage, QuoteObject,
 };
@@ -50,10 +49,9 @@ fn job_id(raw: &str) -> Result<JobId> {
     raw.parse().map_err(|_| Error::NotFound("job"))
 }
 
-/// The job object, with its lineage's shared state read for an image edit.
-pub(super) async fn object(t: &Tollgate, job: &Job, attempts: &[Attempt]) -> Result<JobObject> {
-    let lineage = t.lineage_state(job).await?;
-    Ok(JobObject::new(job, attempts, lineage.as_ref()))
+/// The job object of a view: the one shape `/v1` answers with.
+pub(super) fn object(v: &JobView) -> JobObject {
+    JobObject::new(&v.job, &v.attempts, v.lineage.as_ref())
 }
 
 fn idempotency_key(headers: &HeaderMap) -> Result<Option<&str>> {
@@ -73,25 +71,21 @@ async fn submitted(
     t: &Tollgate,
     submission: crate::usecases::jobs::Submission,
 ) -> Result<Response> {
-    // A job made just now has no attempts; only a replay needs to look.
-    let attempts = if submission.created {
-        Vec::new()
-    } else {
-        t.store().attempts(submission.job.id).await?
-    };
-    let object = object(t, &submission.job, &attempts).await?;
-    let status = if submission.created {
+    let id = submission.job.id;
+    let created = submission.created;
+    let object = object(&t.submission_view(submission).await?);
+    let status = if created {
         StatusCode::CREATED
     } else {
         StatusCode::ACCEPTED
     };
     let mut response = (status, Json(object)).into_response();
-    if !submission.created {
+    if !created {
         response
             .headers_mut()
             .insert("idempotent-replayed", HeaderValue::from_static("true"));
     }
-    if let Ok(v) = HeaderValue::from_str(&format!("/v1/jobs/{}", submission.job.id)) {
+    if let Ok(v) = HeaderValue::from_str(&format!("/v1/jobs/{id}")) {
         response.headers_mut().insert(header::LOCATION, v);
     }
     Ok(response)
@@ -190,56 +184,10 @@ async fn list_jobs(
     query: std::result::Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<JobPage>> {
     let Query(q) = query.map_err(|e| Error::invalid("query", e.body_text()))?;
-    if q.status.as_deref() == Some("") {
-        return Err(Error::invalid(
-            "status",
-            "must be queued, running, parked, succeeded, failed or cancelled",
-        ));
-    }
-    let (jobs, next) = t
-        .list_jobs(
-            who.user(),
-            q.status.as_deref(),
-            q.limit,
-            q.cursor.as_deref(),
-            false,
-        )
-        .await?;
-    // One query for the whole page's attempts, grouped here.
-    let ids: Vec<_> = jobs.iter().map(|j| j.id).collect();
-    let mut by_job: std::collections::HashMap<_, Vec<_>> = std::collections::HashMap::new();
-    for a in t.store().attempts_of(&ids).await? {
-        by_job.entry(a.job_id).or_default().push(a);
-    }
-    // And one for the page's lineages.
-    let roots: Vec<_> = jobs
-        .iter()
-        .filter(|j| j.kind == JobKind::ImageEdit)
-        .map(|j| j.root())
-        .collect();
-    let lineages: std::collections::HashMap<_, _> = t
-        .store()
-        .lineages_of(&roots)
-        .await?
-        .into_iter()
-        .map(|l| (l.root, l))
-        .collect();
-    let data = jobs
-        .iter()
-        .map(|j| {
-            let state = (j.kind == JobKind::ImageEdit).then(|| {
-                lineages
-                    .get(&j.root())
-                    .cloned()
-                    .unwrap_or_else(|| LineageState::fresh(j.root()))
-            });
-            JobObject::new(
-                j,
-                by_job.get(&j.id).map(Vec::as_slice).unwrap_or(&[]),
-                state.as_ref(),
-            )
-        })
-        .collect();
+    let query = JobQuery::parse(q.status.as_deref(), q.limit, q.cursor.as_deref())?;
+    let page = t.list_jobs(who.user(), &query).await?;
+    let data = t.job_views(page.items).await?.iter().map(object).collect();
+    let next = page.next;
     Ok(Json(JobPage {
         data,
         has_more: next.is_some(),
@@ -263,9 +211,7 @@ async fn get_job(
     who: Authorized<AnyUser>,
     Path(id): Path<String>,
 ) -> Result<Json<JobObject>> {
-    let job = t.visible_job(who.user(), job_id(&id)?).await?;
-    let attempts = t.store().attempts(job.id).await?;
-    Ok(Json(object(&t, &job, &attempts).await?))
+    Ok(Json(object(&t.job_view(who.user(), job_id(&id)?).await?)))
 }
 
 /// Every provider call of a job, failed ones included; a cost is null when
@@ -285,8 +231,7 @@ async fn list_attempts(
     who: Authorized<AnyUser>,
     Path(id): Path<String>,
 ) -> Result<Json<AttemptList>> {
-    let job = t.visible_job(who.user(), job_id(&id)?).await?;
-    let attempts = t.store().attempts(job.id).await?;
+    let attempts = t.job_attempts(who.user(), job_id(&id)?).await?;
     Ok(Json(AttemptList {
         data: attempts.iter().map(AttemptObject::from).collect(),
     }))
@@ -358,8 +303,7 @@ async fn cancel_job(
     Path(id): Path<String>,
 ) -> Result<Json<JobObject>> {
     let job = t.cancel_job(who.user(), job_id(&id)?).await?;
-    let attempts = t.store().attempts(job.id).await?;
-    Ok(Json(object(&t, &job, &attempts).await?))
+    Ok(Json(object(&t.view_of(job).await?)))
 }
 
 /// A repair: `{"instruction"}` and nothing else.
@@ -457,24 +401,16 @@ async fn get_lineage(
     Path(id): Path<String>,
 ) -> Result<Json<LineageObject>> {
     let (state, versions) = t.lineage(who.user(), job_id(&id)?).await?;
-    let ids: Vec<_> = versions.iter().map(|j| j.id).collect();
-    let mut by_job: std::collections::HashMap<_, Vec<_>> = std::collections::HashMap::new();
-    for a in t.store().attempts_of(&ids).await? {
-        by_job.entry(a.job_id).or_default().push(a);
-    }
+    let versions = t.job_views(versions).await?;
     Ok(Json(LineageObject {
         root: state.root,
         delivered: state.delivered,
         repairs_left: state.repairs_left(),
         versions: versions
             .iter()
-            .map(|j| LineageVersion {
-                job: JobObject::new(
-                    j,
-                    by_job.get(&j.id).map(Vec::as_slice).unwrap_or(&[]),
-                    Some(&state),
-                ),
-                instruction: j.instruction.clone(),
+            .map(|v| LineageVersion {
+                job: object(v),
+                instruction: v.job.instruction.clone(),
             })
             .collect(),
     }))

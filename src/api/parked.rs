@@ -247,7 +247,7 @@ async fn list_parked(
             return Err(Error::invalid(field, "must not be empty"));
         }
     }
-    let (records, next) = t
+    let page = t
         .parked_list(&ParkedQuery {
             stage: q.stage,
             state: q.state,
@@ -258,14 +258,14 @@ async fn list_parked(
             sort: q.sort,
         })
         .await?;
-    let mut data = Vec::with_capacity(records.len());
-    for r in &records {
+    let mut data = Vec::with_capacity(page.items.len());
+    for r in &page.items {
         let decisions = t.store().decisions(r.id).await?;
         data.push(ParkedObject::new(r, &decisions, None));
     }
     Ok(Json(ParkedPage {
         data,
-        next_cursor: next,
+        next_cursor: page.next,
     }))
 }
 

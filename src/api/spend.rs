@@ -233,9 +233,9 @@ fn spend_csv(t: Tollgate, from: chrono::NaiveDate, to: chrono::NaiveDate) -> Res
                     ..AttemptQuery::default()
                 };
                 match t.spend_attempts(&q).await {
-                    Ok((list, next)) if !list.is_empty() => {
-                        let chunk: String = list.iter().map(csv_row).collect();
-                        Some((Ok(chunk.into()), (t, next.map(Some), None)))
+                    Ok(page) if !page.items.is_empty() => {
+                        let chunk: String = page.items.iter().map(csv_row).collect();
+                        Some((Ok(chunk.into()), (t, page.next.map(Some), None)))
                     }
                     Ok(_) => None,
                     Err(e) => Some((

@@ -8,12 +8,12 @@ use crate::model::{DeliveryId, DeliveryState, JobId, WebhookEndpointId, WebhookE
 use crate::store::{Delivery, WebhookEndpoint};
 use crate::usecases::auth::{AdminOnly, AnyUser, Authorized};
 use crate::usecases::error::{Error, Result};
+use crate::usecases::webhooks::DeliveryQuery;
 use crate::wire::{millis, millis_opt, ErrorBody};
 use crate::Tollgate;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::Json;
-use base64::Engine as _;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
@@ -409,7 +409,7 @@ pub struct DeliveryPage {
 #[derive(Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
-struct DeliveryQuery {
+struct DeliveryListQuery {
     #[param(value_type = Option<DeliveryState>)]
     state: Option<String>,
     /// Only deliveries to this endpoint.
@@ -422,34 +422,10 @@ struct DeliveryQuery {
     cursor: Option<String>,
 }
 
-fn encode_cursor(d: &Delivery) -> String {
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!(
-        "{}|{}",
-        d.created_at
-            .to_rfc3339_opts(chrono::SecondsFormat::Nanos, true),
-        d.id
-    ))
-}
-
-fn decode_cursor(c: &str) -> Result<(DateTime<Utc>, DeliveryId)> {
-    let bad = || Error::invalid("cursor", "is not a cursor returned by this API");
-    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(c)
-        .map_err(|_| bad())?;
-    let raw = String::from_utf8(raw).map_err(|_| bad())?;
-    let (at, id) = raw.split_once('|').ok_or_else(bad)?;
-    Ok((
-        DateTime::parse_from_rfc3339(at)
-            .map_err(|_| bad())?
-            .with_timezone(&Utc),
-        id.parse().map_err(|_| bad())?,
-    ))
-}
-
 /// Deliveries, newest first: the caller's own, or everyone's for admins.
 #[utoipa::path(
     get, path = "/webhook-deliveries", tag = "webhooks", operation_id = "list_webhook_deliveries",
-    params(DeliveryQuery),
+    params(DeliveryListQuery),
     responses(
         (status = 200, description = "A page of deliveries.", body = DeliveryPage),
         (status = 401, description = "No valid token or session.", body = ErrorBody),
@@ -460,7 +436,7 @@ fn decode_cursor(c: &str) -> Result<(DateTime<Utc>, DeliveryId)> {
 async fn list_deliveries(
     State(t): State<Tollgate>,
     who: Authorized<AnyUser>,
-    query: std::result::Result<Query<DeliveryQuery>, axum::extract::rejection::QueryRejection>,
+    query: std::result::Result<Query<DeliveryListQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<DeliveryPage>> {
     let Query(q) = query.map_err(|e| Error::invalid("query", e.body_text()))?;
     if q.state.as_deref() == Some("") {
@@ -469,26 +445,16 @@ async fn list_deliveries(
             "must be pending, delivered or dead",
         ));
     }
-    let endpoint = q
-        .endpoint
-        .as_deref()
-        .map(|e| {
-            e.parse()
-                .map_err(|_| Error::invalid("endpoint", "must be an endpoint id"))
-        })
-        .transpose()?;
-    let before = q.cursor.as_deref().map(decode_cursor).transpose()?;
-    let limit = q.limit.unwrap_or(50);
-    let list = t
-        .deliveries(who.user(), q.state.as_deref(), endpoint, before, limit)
-        .await?;
-    // A full page may have a next one.
-    let next = (list.len() as i64 == limit)
-        .then(|| list.last().map(encode_cursor))
-        .flatten();
+    let query = DeliveryQuery::parse(
+        q.state.as_deref(),
+        q.endpoint.as_deref(),
+        q.limit,
+        q.cursor.as_deref(),
+    )?;
+    let page = t.deliveries(who.user(), &query).await?;
     Ok(Json(DeliveryPage {
-        data: list.iter().map(DeliveryObject::from).collect(),
-        next_cursor: next,
+        data: page.items.iter().map(DeliveryObject::from).collect(),
+        next_cursor: page.next,
     }))
 }
 

@@ -14,15 +14,15 @@ mod sqlite;
 
 pub use postgres::PgDoorbell;
 pub use records::{
-    ApiToken, Applied, Asset, Attempt, AttemptFilter, AttemptListed, AttemptOutcome, BudgetChange,
-    BudgetChangeKind, BudgetChangeListed, BudgetDay, Claim, Decided, Decision, Exposure, Finish,
-    Hold, Job, JobCursor, JobEvent, JobFilter, LedgerEntry, MetricsSnapshot, NewApiToken, NewAsset,
-    NewAttempt, NewDecision, NewJob, NewLedgerEntry, NewParked, NewRepair, NewUser, Op, Parked,
-    ParkedCount, ParkedCursor, ParkedFilter, ParkedSort, ParkedStage, Purpose, Recovery, Remedy,
-    SpendRow, Spender, Submitted, Unit, User,
+    ApiToken, Applied, Asset, Attempt, AttemptCursor, AttemptFilter, AttemptListed, AttemptOutcome,
+    BudgetChange, BudgetChangeKind, BudgetChangeListed, BudgetDay, Claim, Decided, Decision,
+    Exposure, Finish, Hold, Job, JobCursor, JobEvent, JobFilter, LedgerEntry, MetricsSnapshot,
+    NewApiToken, NewAsset, NewAttempt, NewDecision, NewJob, NewLedgerEntry, NewParked, NewRepair,
+    NewUser, Op, Parked, ParkedCount, ParkedCursor, ParkedFilter, ParkedSort, ParkedStage, Purpose,
+    Recovery, Remedy, Seek, SpendRow, Spender, Submitted, Unit, User,
 };
 pub use records::{
-    ClaimedDelivery, Delivery, DeliveryFilter, DeliveryOutcome, NewWebhookEndpoint,
+    ClaimedDelivery, Delivery, DeliveryCursor, DeliveryFilter, DeliveryOutcome, NewWebhookEndpoint,
     WebhookEndpoint, WebhookStats,
 };
 pub use sessions::SessionBackend;
@@ -469,6 +469,12 @@ impl Store {
     /// Jobs newest first, filtered, from a cursor.
     pub async fn list_jobs(&self, filter: &JobFilter) -> StoreResult<Vec<Job>> {
         dispatch!(self, s => s.list_jobs(filter).await)
+    }
+
+    /// How many jobs a filter matches; with `Before`, how many come before
+    /// that position in the list.
+    pub async fn count_jobs(&self, filter: &JobFilter) -> StoreResult<i64> {
+        dispatch!(self, s => s.count_jobs(filter).await)
     }
 
     /// Rule 9: cancels only a job that is not terminal, and in the same

@@ -230,8 +230,25 @@ impl JobEvent {
     }
 }
 
-/// Where a page of jobs starts: after this (created_at, id), newest first.
-#[derive(Clone, Copy, Debug)]
+/// Where a page of a list starts, in the list's own order: just after a
+/// position (the next page) or just before it (the previous page). A list
+/// read `Before` a position is still returned in the list's order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Seek<K> {
+    After(K),
+    Before(K),
+}
+
+impl<K> Seek<K> {
+    pub fn key(&self) -> &K {
+        match self {
+            Seek::After(k) | Seek::Before(k) => k,
+        }
+    }
+}
+
+/// A job's place in the newest-first list of jobs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct JobCursor {
     pub created_at: DateTime<Utc>,
     pub id: JobId,
@@ -241,7 +258,7 @@ pub struct JobCursor {
 pub struct JobFilter {
     pub user_id: Option<UserId>,
     pub status: Option<JobStatus>,
-    pub after: Option<JobCursor>,
+    pub seek: Option<Seek<JobCursor>>,
     pub limit: i64,
 }
 
@@ -568,8 +585,8 @@ pub struct ParkedFilter {
     pub parked_before: Option<DateTime<Utc>>,
     /// Oldest first (the default), or most exposed first.
     pub sort: ParkedSort,
-    /// Where a page starts: after this record in the sort's order.
-    pub after: Option<ParkedCursor>,
+    /// Where a page starts, in the sort's order.
+    pub seek: Option<Seek<ParkedCursor>>,
     pub limit: i64,
 }
 
@@ -791,9 +808,17 @@ pub struct AttemptFilter {
     pub state: Option<AttemptState>,
     /// Only attempts still holding budget.
     pub holding_only: bool,
-    /// Where a page starts: after this (day, started_at, id).
-    pub after: Option<(chrono::NaiveDate, DateTime<Utc>, AttemptId)>,
+    /// Where a page starts, in (day, started_at, id) order.
+    pub seek: Option<Seek<AttemptCursor>>,
     pub limit: i64,
+}
+
+/// An attempt's place in the list of attempts by day, oldest first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AttemptCursor {
+    pub day: chrono::NaiveDate,
+    pub started_at: DateTime<Utc>,
+    pub id: AttemptId,
 }
 
 /// An attempt with whose it was and where its job stands.
@@ -916,9 +941,16 @@ pub struct DeliveryFilter {
     pub state: Option<DeliveryState>,
     pub endpoint: Option<WebhookEndpointId>,
     pub since: Option<DateTime<Utc>>,
-    /// Where a page starts: after this (created_at, id), newest first.
-    pub before: Option<(DateTime<Utc>, DeliveryId)>,
+    /// Where a page starts, newest first.
+    pub seek: Option<Seek<DeliveryCursor>>,
     pub limit: i64,
+}
+
+/// A delivery's place in the newest-first list of deliveries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeliveryCursor {
+    pub created_at: DateTime<Utc>,
+    pub id: DeliveryId,
 }
 
 /// The backlog, for `/metrics` and the admin page.

@@ -3,20 +3,86 @@
 //! transaction, cancel, and the one refund. A new job is handed to
 //! execution by id only (a doorbell); nothing runs jobs yet.
 
-use crate::model::{parse_request, quote, Happening, JobId, JobRequest, Quote, Role};
-use crate::store::{
-    Attempt, Job, JobCursor, JobEvent, JobFilter, NewJob, StoreError, Submitted, User,
+use crate::model::{
+    parse_request, quote, Happening, JobId, JobKind, JobRequest, JobStatus, LineageState, Quote,
+    Role,
 };
+use crate::store::{
+    Attempt, Job, JobCursor, JobEvent, JobFilter, NewJob, Seek, StoreError, Submitted, User,
+};
+use crate::usecases::cursor::{self, Page, Place};
 use crate::usecases::error::{Error, Result};
 use crate::Tollgate;
-use base64::Engine as _;
-use chrono::{DateTime, Duration, Utc};
+use chrono::{Duration, Utc};
+use std::collections::HashMap;
 
 /// How long an idempotency key is kept: a replay within this window returns
 /// the first job; after it the key is freed (see `expire_idempotency_keys`).
 pub const IDEMPOTENCY_KEY_DAYS: i64 = 7;
 pub const IDEMPOTENCY_KEY_LEN_MAX: usize = 255;
 pub const JOBS_PAGE_MAX: i64 = 100;
+
+/// Whose jobs a list shows.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Whose {
+    /// The viewer's own.
+    #[default]
+    Own,
+    /// Every user's: admins only.
+    Everyone,
+}
+
+/// A list of jobs as asked for, parsed once at the edge.
+#[derive(Clone, Copy, Debug)]
+pub struct JobQuery {
+    pub status: Option<JobStatus>,
+    pub limit: i64,
+    pub seek: Option<Seek<JobCursor>>,
+    pub whose: Whose,
+    /// Also count where the page sits ("51–100 of 116"): two more reads,
+    /// which pages want and API clients do not pay for.
+    pub counted: bool,
+}
+
+impl JobQuery {
+    /// From the query string's text: `status`, `limit` (20 when absent),
+    /// `cursor`.
+    pub fn parse(status: Option<&str>, limit: Option<i64>, cursor: Option<&str>) -> Result<Self> {
+        let status = match status {
+            None => None,
+            Some(s) => Some(JobStatus::parse(s).ok_or_else(|| {
+                Error::invalid(
+                    "status",
+                    "must be queued, running, parked, succeeded, failed or cancelled",
+                )
+            })?),
+        };
+        let limit = limit.unwrap_or(20);
+        if !(1..=JOBS_PAGE_MAX).contains(&limit) {
+            return Err(Error::invalid(
+                "limit",
+                format!("must be 1 to {JOBS_PAGE_MAX}"),
+            ));
+        }
+        Ok(JobQuery {
+            status,
+            limit,
+            seek: cursor::decode_opt(cursor)?,
+            whose: Whose::Own,
+            counted: false,
+        })
+    }
+}
+
+/// A job with everything its object and its page show besides the job:
+/// every attempt, oldest first, and an image edit's lineage.
+#[derive(Clone, Debug)]
+pub struct JobView {
+    pub job: Job,
+    pub attempts: Vec<Attempt>,
+    /// `None` for a video.
+    pub lineage: Option<LineageState>,
+}
 
 /// Checks an `Idempotency-Key`: 1 to 255 printable ASCII characters.
 pub fn check_idempotency_key(key: Option<&str>) -> Result<&str> {
@@ -203,52 +269,115 @@ impl Tollgate {
         }
     }
 
-    /// The owner's jobs (every job, for an admin asking for all), newest first.
-    pub async fn list_jobs(
-        &self,
-        viewer: &User,
-        status: Option<&str>,
-        limit: Option<i64>,
-        cursor: Option<&str>,
-        all_users: bool,
-    ) -> Result<(Vec<Job>, Option<String>)> {
-        let status = match status.filter(|s| !s.is_empty()) {
-            None => None,
-            Some(s) => Some(crate::model::JobStatus::parse(s).ok_or_else(|| {
-                Error::invalid(
-                    "status",
-                    "must be queued, running, parked, succeeded, failed or cancelled",
-                )
-            })?),
-        };
-        let limit = limit.unwrap_or(20);
-        if !(1..=JOBS_PAGE_MAX).contains(&limit) {
-            return Err(Error::invalid(
-                "limit",
-                format!("must be 1 to {JOBS_PAGE_MAX}"),
-            ));
-        }
-        let after = cursor
-            .filter(|c| !c.is_empty())
-            .map(decode_cursor)
-            .transpose()?;
-        if all_users && !viewer.role.allows(Role::Admin) {
+    /// The viewer's jobs (every job, for an admin asking for everyone's),
+    /// newest first, a page at a time.
+    pub async fn list_jobs(&self, viewer: &User, q: &JobQuery) -> Result<Page<Job>> {
+        if q.whose == Whose::Everyone && !viewer.role.allows(Role::Admin) {
             return Err(Error::Forbidden);
         }
         let filter = JobFilter {
-            user_id: (!all_users).then_some(viewer.id),
-            status,
-            after,
-            limit: limit + 1,
+            user_id: (q.whose == Whose::Own).then_some(viewer.id),
+            status: q.status,
+            seek: q.seek,
+            limit: q.limit + 1,
         };
-        let mut jobs = self.store().list_jobs(&filter).await?;
-        let next = if jobs.len() as i64 > limit {
-            jobs.truncate(limit as usize);
-            jobs.last().map(|j| encode_cursor(j.created_at, j.id))
-        } else {
-            None
+        let jobs = self.store().list_jobs(&filter).await?;
+        let mut page = Page::of(jobs, q.limit as usize, q.seek, |j| JobCursor {
+            created_at: j.created_at,
+            id: j.id,
+        });
+        if q.counted {
+            page.place = Some(self.place_of_jobs(filter, &page).await?);
+        }
+        Ok(page)
+    }
+
+    /// Where a page of jobs sits: the jobs newer than its first, of all.
+    async fn place_of_jobs(&self, mut filter: JobFilter, page: &Page<Job>) -> Result<Place> {
+        filter.seek = None;
+        let total = self.store().count_jobs(&filter).await?;
+        let before = match page.items.first() {
+            Some(first) => {
+                filter.seek = Some(Seek::Before(JobCursor {
+                    created_at: first.created_at,
+                    id: first.id,
+                }));
+                self.store().count_jobs(&filter).await?
+            }
+            None => 0,
         };
-        Ok((jobs, next))
+        Ok(Place {
+            before: before as u64,
+            total: total as u64,
+        })
+    }
+
+    /// Jobs with what their objects show: the attempts of each and, for
+    /// an image edit, its lineage; two reads for any number of jobs.
+    pub async fn job_views(&self, jobs: Vec<Job>) -> Result<Vec<JobView>> {
+        let ids: Vec<_> = jobs.iter().map(|j| j.id).collect();
+        let mut attempts: HashMap<JobId, Vec<Attempt>> = HashMap::new();
+        for a in self.store().attempts_of(&ids).await? {
+            attempts.entry(a.job_id).or_default().push(a);
+        }
+        let roots: Vec<_> = jobs
+            .iter()
+            .filter(|j| j.kind == JobKind::ImageEdit)
+            .map(|j| j.root())
+            .collect();
+        let lineages: HashMap<_, _> = self
+            .store()
+            .lineages_of(&roots)
+            .await?
+            .into_iter()
+            .map(|l| (l.root, l))
+            .collect();
+        Ok(jobs
+            .into_iter()
+            .map(|job| {
+                let lineage = (job.kind == JobKind::ImageEdit).then(|| {
+                    lineages
+                        .get(&job.root())
+                        .cloned()
+                        .unwrap_or_else(|| LineageState::fresh(job.root()))
+                });
+                JobView {
+                    attempts: attempts.remove(&job.id).unwrap_or_default(),
+                    lineage,
+                    job,
+                }
+            })
+            .collect())
+    }
+
+    /// One job's view, for someone who may see it.
+    pub async fn job_view(&self, viewer: &User, id: JobId) -> Result<JobView> {
+        let job = self.visible_job(viewer, id).await?;
+        self.view_of(job).await
+    }
+
+    /// A job's view when the caller already holds the job.
+    pub async fn view_of(&self, job: Job) -> Result<JobView> {
+        let attempts = self.store().attempts(job.id).await?;
+        let lineage = self.lineage_state(&job).await?;
+        Ok(JobView {
+            job,
+            attempts,
+            lineage,
+        })
+    }
+
+    /// A submission's view: a job made just now has no attempts to read.
+    pub async fn submission_view(&self, s: Submission) -> Result<JobView> {
+        if !s.created {
+            return self.view_of(s.job).await;
+        }
+        let lineage = self.lineage_state(&s.job).await?;
+        Ok(JobView {
+            job: s.job,
+            attempts: Vec::new(),
+            lineage,
+        })
     }
 
     /// Rule 9: cancels a job that is not terminal (and refunds it, once).
@@ -325,28 +454,4 @@ impl Tollgate {
         let before = Utc::now() - Duration::days(IDEMPOTENCY_KEY_DAYS);
         Ok(self.store().expire_idempotency_keys(before).await?)
     }
-}
-
-fn encode_cursor(at: DateTime<Utc>, id: JobId) -> String {
-    let raw = format!(
-        "{}|{}",
-        at.to_rfc3339_opts(chrono::SecondsFormat::Nanos, true),
-        id
-    );
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw)
-}
-
-fn decode_cursor(c: &str) -> Result<JobCursor> {
-    let bad = || Error::invalid("cursor", "is not a cursor returned by this API");
-    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(c)
-        .map_err(|_| bad())?;
-    let raw = String::from_utf8(raw).map_err(|_| bad())?;
-    let (at, id) = raw.split_once('|').ok_or_else(bad)?;
-    Ok(JobCursor {
-        created_at: DateTime::parse_from_rfc3339(at)
-            .map_err(|_| bad())?
-            .with_timezone(&Utc),
-        id: id.parse().map_err(|_| bad())?,
-    })
 }

@@ -13,6 +13,7 @@ pub mod accounts;
 pub mod assets;
 pub mod auth;
 pub mod budget;
+pub mod cursor;
 pub mod error;
 pub mod jobs;
 pub mod ledger;

@@ -10,11 +10,11 @@ use crate::model::{
 use crate::providers::{ErrorClass, Poll};
 use crate::store::{
     Attempt, Decided, Decision, JobEvent, NewDecision, Parked, ParkedCount, ParkedCursor,
-    ParkedFilter, ParkedSort, Remedy, User,
+    ParkedFilter, ParkedSort, Remedy, Seek, User,
 };
+use crate::usecases::cursor::{self, Page, Position};
 use crate::usecases::error::{Error, Result};
 use crate::Tollgate;
-use base64::Engine as _;
 use chrono::{DateTime, Utc};
 
 pub const PARKED_PAGE_MAX: i64 = 100;
@@ -144,50 +144,49 @@ fn parse_sort(raw: Option<&str>) -> Result<ParkedSort> {
     }
 }
 
-/// `created_at|id`, or `created_at|id|exposure micros` in the exposure sort.
-fn encode_cursor(p: &Parked, sort: ParkedSort) -> String {
-    let mut raw = format!(
-        "{}|{}",
-        p.created_at
-            .to_rfc3339_opts(chrono::SecondsFormat::Nanos, true),
-        p.id
-    );
-    if sort == ParkedSort::Exposure {
-        raw += &format!("|{}", p.exposure_usd.micros().unwrap_or(i64::MAX));
+/// `created_at|id`, and the exposure in micros in the exposure sort.
+impl Position for ParkedCursor {
+    fn parts(&self) -> Vec<String> {
+        let mut parts = vec![cursor::time_part(self.created_at), self.id.to_string()];
+        if let Some(e) = self.exposure_usd {
+            parts.push(e.micros().unwrap_or(i64::MAX).to_string());
+        }
+        parts
     }
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw)
+
+    fn read(parts: &[&str]) -> Option<Self> {
+        let (at, id, exposure) = match parts {
+            [at, id] => (at, id, None),
+            [at, id, e] => (at, id, Some(Usd::from_micros(e.parse().ok()?))),
+            _ => return None,
+        };
+        Some(ParkedCursor {
+            exposure_usd: exposure,
+            created_at: cursor::read_time(at)?,
+            id: id.parse().ok()?,
+        })
+    }
 }
 
-fn decode_cursor(c: &str, sort: ParkedSort) -> Result<ParkedCursor> {
-    let bad = || {
-        Error::invalid(
+/// A record's place in the queue's order.
+fn place_in(p: &Parked, sort: ParkedSort) -> ParkedCursor {
+    ParkedCursor {
+        exposure_usd: (sort == ParkedSort::Exposure).then_some(p.exposure_usd),
+        created_at: p.created_at,
+        id: p.id,
+    }
+}
+
+/// A cursor of this sort: one of the other sort's would start anywhere.
+fn decode_seek(c: Option<&str>, sort: ParkedSort) -> Result<Option<Seek<ParkedCursor>>> {
+    let seek = cursor::decode_opt::<ParkedCursor>(c)?;
+    if seek.is_some_and(|s| s.key().exposure_usd.is_some() != (sort == ParkedSort::Exposure)) {
+        return Err(Error::invalid(
             "cursor",
             "is not a cursor returned by this API for this sort",
-        )
-    };
-    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(c)
-        .map_err(|_| bad())?;
-    let raw = String::from_utf8(raw).map_err(|_| bad())?;
-    let mut parts = raw.split('|');
-    let (Some(at), Some(id)) = (parts.next(), parts.next()) else {
-        return Err(bad());
-    };
-    let exposure_usd = match (sort, parts.next()) {
-        (ParkedSort::Exposure, Some(e)) => Some(Usd::from_micros(e.parse().map_err(|_| bad())?)),
-        (ParkedSort::Age, None) => None,
-        _ => return Err(bad()),
-    };
-    if parts.next().is_some() {
-        return Err(bad());
+        ));
     }
-    Ok(ParkedCursor {
-        exposure_usd,
-        created_at: DateTime::parse_from_rfc3339(at)
-            .map_err(|_| bad())?
-            .with_timezone(&Utc),
-        id: id.parse().map_err(|_| bad())?,
-    })
+    Ok(seek)
 }
 
 fn filter_of(q: &ParkedQuery, limit: i64) -> Result<ParkedFilter> {
@@ -211,21 +210,15 @@ fn filter_of(q: &ParkedQuery, limit: i64) -> Result<ParkedFilter> {
         model,
         parked_before: min_age.map(|s| Utc::now() - chrono::Duration::seconds(s)),
         sort,
-        after: q
-            .cursor
-            .as_deref()
-            .filter(|c| !c.is_empty())
-            .map(|c| decode_cursor(c, sort))
-            .transpose()?,
+        seek: decode_seek(q.cursor.as_deref(), sort)?,
         limit,
     })
 }
 
 impl Tollgate {
     /// The queue: records that are not closed (or of one state), oldest or
-    /// most exposed first, a page at a time; the next page's cursor when
-    /// there is one.
-    pub async fn parked_list(&self, q: &ParkedQuery) -> Result<(Vec<Parked>, Option<String>)> {
+    /// most exposed first, a page at a time.
+    pub async fn parked_list(&self, q: &ParkedQuery) -> Result<Page<Parked>> {
         let limit = q.limit.unwrap_or(50);
         if !(1..=PARKED_PAGE_MAX).contains(&limit) {
             return Err(Error::invalid(
@@ -234,14 +227,11 @@ impl Tollgate {
             ));
         }
         let filter = filter_of(q, limit + 1)?;
-        let mut list = self.store().list_parked(&filter).await?;
-        let next = if list.len() as i64 > limit {
-            list.truncate(limit as usize);
-            list.last().map(|p| encode_cursor(p, filter.sort))
-        } else {
-            None
-        };
-        Ok((list, next))
+        let list = self.store().list_parked(&filter).await?;
+        let sort = filter.sort;
+        Ok(Page::of(list, limit as usize, filter.seek, |p| {
+            place_in(p, sort)
+        }))
     }
 
     /// Counts of records that are not closed, by stage and state.

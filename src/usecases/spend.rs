@@ -4,12 +4,12 @@
 //! zero; the day's breaker (rule 11) beside it; and the attempts behind the
 //! numbers, a page at a time or as CSV.
 
-use crate::model::{AttemptId, AttemptState, Usd};
-use crate::store::{AttemptFilter, AttemptListed, Exposure, SpendRow};
+use crate::model::{AttemptState, Usd};
+use crate::store::{AttemptCursor, AttemptFilter, AttemptListed, Exposure, SpendRow};
 use crate::usecases::budget::parse_day_field;
+use crate::usecases::cursor::{self, Page, Position};
 use crate::usecases::error::{Error, Result};
 use crate::Tollgate;
-use base64::Engine as _;
 use chrono::{DateTime, NaiveDate, Utc};
 use std::collections::BTreeMap;
 
@@ -125,37 +125,24 @@ pub fn parse_range(from: Option<&str>, to: Option<&str>) -> Result<(NaiveDate, N
     Ok((from, to))
 }
 
-/// Where a page of attempts continues, as an opaque string.
-pub fn encode_attempt_cursor(a: &crate::store::Attempt) -> Option<String> {
-    let day = a.budget_day?;
-    let raw = format!(
-        "{day}|{}|{}",
-        a.started_at
-            .to_rfc3339_opts(chrono::SecondsFormat::Nanos, true),
-        a.id
-    );
-    Some(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw))
-}
+/// `day|started_at|id`.
+impl Position for AttemptCursor {
+    fn parts(&self) -> Vec<String> {
+        vec![
+            self.day.to_string(),
+            cursor::time_part(self.started_at),
+            self.id.to_string(),
+        ]
+    }
 
-pub fn decode_attempt_cursor(c: &str) -> Result<(NaiveDate, DateTime<Utc>, AttemptId)> {
-    let bad = || Error::invalid("cursor", "is not a cursor returned by this API");
-    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(c)
-        .map_err(|_| bad())?;
-    let raw = String::from_utf8(raw).map_err(|_| bad())?;
-    let mut parts = raw.split('|');
-    let (Some(day), Some(at), Some(id), None) =
-        (parts.next(), parts.next(), parts.next(), parts.next())
-    else {
-        return Err(bad());
-    };
-    Ok((
-        NaiveDate::parse_from_str(day, "%Y-%m-%d").map_err(|_| bad())?,
-        DateTime::parse_from_rfc3339(at)
-            .map_err(|_| bad())?
-            .with_timezone(&Utc),
-        id.parse().map_err(|_| bad())?,
-    ))
+    fn read(parts: &[&str]) -> Option<Self> {
+        let [day, at, id] = parts else { return None };
+        Some(AttemptCursor {
+            day: NaiveDate::parse_from_str(day, "%Y-%m-%d").ok()?,
+            started_at: cursor::read_time(at)?,
+            id: id.parse().ok()?,
+        })
+    }
 }
 
 /// What a list of attempts asks for, as the API and pages give it.
@@ -242,12 +229,8 @@ impl Tollgate {
         })
     }
 
-    /// The attempts behind a report, filtered, a page at a time; the next
-    /// page's cursor when there is one.
-    pub async fn spend_attempts(
-        &self,
-        q: &AttemptQuery,
-    ) -> Result<(Vec<AttemptListed>, Option<String>)> {
+    /// The attempts behind a report, filtered, a page at a time.
+    pub async fn spend_attempts(&self, q: &AttemptQuery) -> Result<Page<AttemptListed>> {
         let (from, to) = parse_range(q.from.as_deref(), q.to.as_deref())?;
         let limit = q.limit.unwrap_or(100);
         if !(1..=ATTEMPTS_PAGE_MAX).contains(&limit) {
@@ -273,22 +256,18 @@ impl Tollgate {
             error_class: q.error_class.clone().filter(|c| !c.is_empty()),
             state,
             holding_only: q.holding_only,
-            after: q
-                .cursor
-                .as_deref()
-                .filter(|c| !c.is_empty())
-                .map(decode_attempt_cursor)
-                .transpose()?,
+            seek: cursor::decode_opt(q.cursor.as_deref())?,
             limit: limit + 1,
         };
-        let mut list = self.store().list_attempts(&filter).await?;
-        let next = if list.len() as i64 > limit {
-            list.truncate(limit as usize);
-            list.last().and_then(|a| encode_attempt_cursor(&a.attempt))
-        } else {
-            None
-        };
-        Ok((list, next))
+        let list = self.store().list_attempts(&filter).await?;
+        Ok(Page::of(list, limit as usize, filter.seek, |a| {
+            AttemptCursor {
+                // Listed attempts all have a day: the list is by day.
+                day: a.attempt.budget_day.unwrap_or(NaiveDate::MIN),
+                started_at: a.attempt.started_at,
+                id: a.attempt.id,
+            }
+        }))
     }
 
     /// Holds kept by parked jobs and attempts still in the uncertainty window.

@@ -32,6 +32,48 @@ pub struct PageContext {
     pub flash: Option<Flash>,
 }
 
+/// One page of a list as the pages show it: its rows, the cursors either
+/// way, and where it sits ("51–100 of 116") when that was counted.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Paged<T> {
+    pub rows: Vec<T>,
+    /// The cursor of the next page; `None` on the last.
+    pub next: Option<String>,
+    /// The cursor of the previous page; `None` on the first.
+    pub prev: Option<String>,
+    pub place: Option<PagePlace>,
+}
+
+/// Rows before a page, and in the whole list.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq)]
+pub struct PagePlace {
+    pub before: u64,
+    pub total: u64,
+}
+
+impl<T> Paged<T> {
+    /// Nothing in the list at all (not merely on this page).
+    pub fn list_is_empty(&self) -> bool {
+        self.rows.is_empty() && self.prev.is_none() && self.next.is_none()
+    }
+}
+
+#[cfg(feature = "ssr")]
+fn paged<T, U>(page: tollgate::usecases::cursor::Page<T>, row: impl FnMut(T) -> U) -> Paged<U> {
+    let place = page.place.map(|p| PagePlace {
+        before: p.before,
+        total: p.total,
+    });
+    let page = page.map(row);
+    Paged {
+        rows: page.items,
+        next: page.next,
+        // The first page has nothing before it, whatever a stale cursor says.
+        prev: page.prev.filter(|_| place.is_none_or(|p| p.before > 0)),
+        place,
+    }
+}
+
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct EntryRow {
     pub when: String,
@@ -73,6 +115,7 @@ mod ssr {
     use leptos::prelude::*;
     use tollgate::model::Role;
     use tollgate::usecases::auth::{Principal, ResolvedPrincipal};
+    pub use tollgate::usecases::jobs::{JobQuery, Whose};
     use tollgate::Tollgate;
 
     pub fn engine() -> Result<Tollgate, ServerFnError> {
@@ -437,15 +480,19 @@ fn describe(detail: &serde_json::Value) -> String {
     }
 }
 
+/// Edits a page on `/edits`: four rows of the widest grid.
+pub const EDITS_PAGE: i64 = 24;
+/// Jobs a page on `/admin/jobs`.
+pub const ADMIN_JOBS_PAGE: i64 = 50;
+
 #[server]
-pub async fn my_jobs() -> Result<Vec<JobRow>, ServerFnError> {
+pub async fn my_jobs(cursor: Option<String>) -> Result<Paged<JobRow>, ServerFnError> {
     use ssr::*;
     let p = require(Role::User).await?;
-    let (jobs, _) = engine()?
-        .list_jobs(&p.user, None, Some(100), None, false)
-        .await
-        .map_err(fail)?;
-    Ok(jobs.into_iter().map(job_row).collect())
+    let mut q = JobQuery::parse(None, Some(EDITS_PAGE), cursor.as_deref()).map_err(fail)?;
+    q.counted = true;
+    let page = engine()?.list_jobs(&p.user, &q).await.map_err(fail)?;
+    Ok(paged(page, job_row))
 }
 
 #[server]
@@ -590,7 +637,10 @@ pub struct AdminJobRow {
 }
 
 #[server]
-pub async fn all_jobs(status: Option<String>) -> Result<Vec<AdminJobRow>, ServerFnError> {
+pub async fn all_jobs(
+    status: Option<String>,
+    cursor: Option<String>,
+) -> Result<Paged<AdminJobRow>, ServerFnError> {
     use ssr::*;
     let p = require(Role::Admin).await?;
     let t = engine()?;
@@ -601,17 +651,15 @@ pub async fn all_jobs(status: Option<String>) -> Result<Vec<AdminJobRow>, Server
         .into_iter()
         .map(|u| (u.id, u.email.to_string()))
         .collect();
-    let (jobs, _) = t
-        .list_jobs(&p.user, status.as_deref(), Some(100), None, true)
-        .await
+    let mut q = JobQuery::parse(status.as_deref(), Some(ADMIN_JOBS_PAGE), cursor.as_deref())
         .map_err(fail)?;
-    Ok(jobs
-        .into_iter()
-        .map(|j| AdminJobRow {
-            owner: owners.get(&j.user_id).cloned().unwrap_or_default(),
-            job: job_row(j),
-        })
-        .collect())
+    q.whose = Whose::Everyone;
+    q.counted = true;
+    let page = t.list_jobs(&p.user, &q).await.map_err(fail)?;
+    Ok(paged(page, |j| AdminJobRow {
+        owner: owners.get(&j.user_id).cloned().unwrap_or_default(),
+        job: job_row(j),
+    }))
 }
 
 /// The API reference, read from the OpenAPI document the engine generates

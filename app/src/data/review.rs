@@ -83,8 +83,7 @@ pub struct QueueRow {
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct ReviewQueue {
     pub counts: Vec<StageCount>,
-    pub rows: Vec<QueueRow>,
-    pub next_cursor: Option<String>,
+    pub page: super::Paged<QueueRow>,
     /// Open records the current filter matches (what a bulk decision covers).
     pub matching_open: i64,
     /// Actions every matching open record's stage allows (for bulk).
@@ -348,7 +347,8 @@ pub async fn load_review_queue(filters: ReviewFilters) -> Result<ReviewQueue, Se
         limit: Some(50),
         sort: filters.sort.clone().filter(|s| !s.is_empty()),
     };
-    let (records, next) = t.parked_list(&query).await.map_err(fail)?;
+    let page = t.parked_list(&query).await.map_err(fail)?;
+    let page_models: Vec<_> = page.items.clone();
     let counts = t.parked_counts().await.map_err(fail)?;
     let preview = t.bulk_preview(&query).await.map_err(fail)?;
     let matching = &preview.records;
@@ -366,8 +366,7 @@ pub async fn load_review_queue(filters: ReviewFilters) -> Result<ReviewQueue, Se
         .map_err(fail)?;
     Ok(ReviewQueue {
         counts: queue::stage_counts(&counts, now),
-        rows: records.iter().map(|r| queue::row(r, now)).collect(),
-        next_cursor: next,
+        page: super::paged(page, |r| queue::row(&r, now)),
         matching_open: matching.len() as i64,
         bulk_actions: queue::bulk_actions(matching),
         bulk: BulkCosts {
@@ -380,7 +379,7 @@ pub async fn load_review_queue(filters: ReviewFilters) -> Result<ReviewQueue, Se
             day_room: preview.day_room_usd.dollars(),
             new_attempts_fit: preview.new_attempts_fit,
         },
-        models: queue::models(&records, &waiting, query.model.as_deref()),
+        models: queue::models(&page_models, &waiting, query.model.as_deref()),
         unresolved: unresolved.len() as i64,
         unresolved_last_hour: unresolved
             .iter()

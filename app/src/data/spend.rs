@@ -139,8 +139,7 @@ pub struct SpendView {
     pub total: String,
     pub total_attempts: i64,
     pub total_unpriced: i64,
-    pub attempts: Vec<SpendAttemptRow>,
-    pub next_cursor: Option<String>,
+    pub attempts: super::Paged<SpendAttemptRow>,
     pub csv_href: String,
 }
 
@@ -402,7 +401,7 @@ pub async fn load_spend(filters: SpendFilters) -> Result<SpendView, ServerFnErro
         tollgate::usecases::spend::parse_range(filters.from.as_deref(), filters.to.as_deref())
             .map_err(fail)?;
     let report = t.spend(from, to).await.map_err(fail)?;
-    let (list, next) = t
+    let page = t
         .spend_attempts(&tollgate::usecases::spend::AttemptQuery {
             from: Some(from.to_string()),
             to: Some(to.to_string()),
@@ -451,8 +450,7 @@ pub async fn load_spend(filters: SpendFilters) -> Result<SpendView, ServerFnErro
         total: report.total.words(),
         total_attempts: report.total.attempts,
         total_unpriced: report.total.unpriced,
-        attempts: list.iter().map(attempt_row).collect(),
-        next_cursor: next,
+        attempts: super::paged(page, |a| attempt_row(&a)),
         csv_href: format!("/v1/spend?from={from}&to={to}&format=csv"),
     })
 }
@@ -472,7 +470,7 @@ pub async fn load_budget() -> Result<BudgetView, ServerFnError> {
     let report = t.spend(from, to).await.map_err(fail)?;
     let history = t.budget_history(from, to).await.map_err(fail)?;
     let (share, shares) = t.shares_on(today).await.map_err(fail)?;
-    let (holds, _) = t
+    let holds = t
         .spend_attempts(&tollgate::usecases::spend::AttemptQuery {
             // Holds left standing on any day of the longest range a list takes.
             from: Some(
@@ -485,7 +483,8 @@ pub async fn load_budget() -> Result<BudgetView, ServerFnError> {
             ..Default::default()
         })
         .await
-        .map_err(fail)?;
+        .map_err(fail)?
+        .items;
     let held_total = holds
         .iter()
         .filter_map(|h| h.attempt.hold_usd)

@@ -47,12 +47,15 @@ pub struct MyWebhooks {
     pub events: Vec<String>,
 }
 
+/// Deliveries a page on the admin's Webhooks page.
+pub const DELIVERIES_PAGE: i64 = 50;
+
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct AdminWebhooks {
     /// (state, count) across everyone.
     pub counts: Vec<(String, i64)>,
     pub oldest_pending: Option<String>,
-    pub deliveries: Vec<DeliveryRow>,
+    pub deliveries: super::Paged<DeliveryRow>,
     pub endpoints: Vec<EndpointRow>,
     /// The filter's state ("dead" first when none is chosen).
     pub state: String,
@@ -172,6 +175,7 @@ pub async fn load_admin_webhooks(
     state: Option<String>,
     endpoint: Option<String>,
     since: Option<String>,
+    cursor: Option<String>,
 ) -> Result<AdminWebhooks, ServerFnError> {
     use super::ssr::*;
     let p = require(Role::Admin).await?;
@@ -179,10 +183,14 @@ pub async fn load_admin_webhooks(
     let state = state
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| "dead".into());
-    let deliveries = t
-        .deliveries(&p.user, Some(&state), None, None, 100)
-        .await
-        .map_err(fail)?;
+    let query = tollgate::usecases::webhooks::DeliveryQuery::parse(
+        Some(&state),
+        None,
+        Some(DELIVERIES_PAGE),
+        cursor.as_deref(),
+    )
+    .map_err(fail)?;
+    let deliveries = t.deliveries(&p.user, &query).await.map_err(fail)?;
     let stats = t.webhook_stats(&p.user).await.map_err(fail)?;
     let owners: std::collections::HashMap<_, _> = t
         .list_users()
@@ -215,7 +223,7 @@ pub async fn load_admin_webhooks(
             })
             .collect(),
         oldest_pending: stats.oldest_pending.map(when),
-        deliveries: deliveries.iter().map(delivery_row).collect(),
+        deliveries: super::paged(deliveries, |d| delivery_row(&d)),
         endpoints: endpoints
             .iter()
             .map(|e| endpoint_row(e, owners.get(&e.user_id).cloned().unwrap_or_default()))

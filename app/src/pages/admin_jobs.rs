@@ -2,7 +2,7 @@
 //! timeline (steps, attempts with cost or "unpriced", claims, refunds).
 
 use super::edits::{request_title, status_badge};
-use super::LoadError;
+use super::{LoadError, Pager};
 use crate::data::{all_jobs, AdminJobRow};
 use leptos::prelude::*;
 use leptos_meta::Title;
@@ -11,12 +11,18 @@ use tollgate::model::JobStatus;
 
 #[component]
 pub fn AdminJobsPage() -> impl IntoView {
-    let status = use_query_map()
-        .get_untracked()
-        .get("status")
-        .filter(|s| !s.is_empty());
+    let query = use_query_map().get_untracked();
+    let get = |k: &str| query.get(k).filter(|s| !s.is_empty());
+    let (status, cursor) = (get("status"), get("cursor"));
     let current = status.clone().unwrap_or_default();
-    let jobs = Resource::new_blocking(move || status.clone(), all_jobs);
+    let path = match &status {
+        Some(s) => format!("/admin/jobs?status={}", urlencoding::encode(s)),
+        None => "/admin/jobs".to_string(),
+    };
+    let jobs = Resource::new_blocking(
+        move || (status.clone(), cursor.clone()),
+        |(status, cursor)| all_jobs(status, cursor),
+    );
     let filters = std::iter::once(("".to_string(), "All".to_string()))
         .chain(
             JobStatus::ALL
@@ -41,13 +47,19 @@ pub fn AdminJobsPage() -> impl IntoView {
         </header>
         <nav class="nav filters" aria-label="Filter by status">{filters}</nav>
         <Suspense fallback=|| view! { <p class="muted">"Loading…"</p> }>
-            {move || Suspend::new(async move {
-                match jobs.await {
-                    Ok(rows) if rows.is_empty() => view! { <p class="empty">"No jobs."</p> }.into_any(),
-                    Ok(rows) => view! { <JobTable rows=rows /> }.into_any(),
-                    Err(e) => view! { <LoadError error=e /> }.into_any(),
-                }
-            })}
+            {move || {
+                let path = path.clone();
+                Suspend::new(async move {
+                    match jobs.await {
+                        Ok(page) if page.list_is_empty() => view! { <p class="empty">"No jobs."</p> }.into_any(),
+                        Ok(page) => view! {
+                            <JobTable rows=page.rows.clone() />
+                            <Pager path=path page=page noun="jobs" />
+                        }.into_any(),
+                        Err(e) => view! { <LoadError error=e /> }.into_any(),
+                    }
+                })
+            }}
         </Suspense>
     }
 }

@@ -4,7 +4,7 @@
 //! (caps, halt and resume with who, when and why, and the holds standing).
 //! Calls nobody could price are always said apart, never drawn as $0.
 
-use super::LoadError;
+use super::{LoadError, Pager};
 use crate::data::{
     load_budget, load_overview, load_spend, BudgetView, ChangeRow, ChartBar, DayRow, HoldRow,
     Overview, SpendAttemptRow, SpendFilters, SpendView, SpenderRow, TallyRow, CHART_HEIGHT,
@@ -302,16 +302,12 @@ fn SpendViewPage(v: SpendView, filters: SpendFilters) -> impl IntoView {
         to: Some(v.to.clone()),
         ..SpendFilters::default()
     };
-    let next = v.next_cursor.clone().map(|c| {
+    let path = {
         let mut f = filters.clone();
         f.from = Some(v.from.clone());
         f.to = Some(v.to.clone());
-        format!(
-            "/admin/spend?{}&cursor={}#attempts",
-            f.query(),
-            urlencoding::encode(&c)
-        )
-    });
+        format!("/admin/spend?{}", f.query())
+    };
     let filtered = filters.unpriced
         || filters.model.is_some()
         || filters.class.is_some()
@@ -349,12 +345,12 @@ fn SpendViewPage(v: SpendView, filters: SpendFilters) -> impl IntoView {
                 {filtered.then(|| view! { <a href=clear.clone() class="small">"Clear filters"</a> })}
             </div>
             <AttemptFilters v=v.clone() filters=filters.clone() />
-            {if v.attempts.is_empty() {
+            {if v.attempts.list_is_empty() {
                 view! { <p class="empty">"No attempts match."</p> }.into_any()
             } else {
-                view! { <AttemptTable rows=v.attempts.clone() /> }.into_any()
+                view! { <AttemptTable rows=v.attempts.rows.clone() /> }.into_any()
             }}
-            {next.map(|href| view! { <p class="pager"><a class="btn btn-ghost" href=href>"Next page →"</a></p> })}
+            <Pager path=path page=v.attempts.clone() noun="attempts" older="Next →" newer="← Previous" anchor="#attempts" />
         </section>
     }
 }

@@ -1,6 +1,6 @@
 //! My edits (a list with status and thumbnails) and one edit's detail.
 
-use super::{LoadError, Timeline};
+use super::{LoadError, Pager, Timeline};
 use crate::data::{
     load_job_detail, my_jobs, AttemptRow, EventRow, JobDetail, JobRow, LineageView, ParkedRow,
     StoryRow,
@@ -8,7 +8,7 @@ use crate::data::{
 use crate::islands::{BeforeAfter, LiveStatus, VersionCompare};
 use leptos::prelude::*;
 use leptos_meta::Title;
-use leptos_router::hooks::use_params_map;
+use leptos_router::hooks::{use_params_map, use_query_map};
 use tollgate::model::{style, JobRequest, JobStatus};
 
 pub fn status_badge(status: JobStatus) -> impl IntoView {
@@ -35,7 +35,11 @@ fn thumbnail(r: &JobRequest) -> Option<String> {
 
 #[component]
 pub fn EditsPage() -> impl IntoView {
-    let jobs = Resource::new_blocking(|| (), |_| my_jobs());
+    let cursor = use_query_map()
+        .get_untracked()
+        .get("cursor")
+        .filter(|c| !c.is_empty());
+    let jobs = Resource::new_blocking(move || cursor.clone(), my_jobs);
     view! {
         <Title text="My edits" />
         <header class="page-head page-head-row">
@@ -48,14 +52,17 @@ pub fn EditsPage() -> impl IntoView {
         <Suspense fallback=|| view! { <p class="muted">"Loading…"</p> }>
             {move || Suspend::new(async move {
                 match jobs.await {
-                    Ok(list) if list.is_empty() => view! {
+                    Ok(page) if page.list_is_empty() => view! {
                         <section class="card empty-state">
                             <h2>"No edits yet"</h2>
                             <p class="muted">"Upload a photo, pick what to change and a handmade medium."</p>
                             <a class="btn btn-primary" href="/edits/new">"Make your first edit"</a>
                         </section>
                     }.into_any(),
-                    Ok(list) => view! { <JobGrid jobs=list /> }.into_any(),
+                    Ok(page) => view! {
+                        <JobGrid jobs=page.rows.clone() />
+                        <Pager path="/edits".to_string() page=page noun="edits" />
+                    }.into_any(),
                     Err(e) => view! { <LoadError error=e /> }.into_any(),
                 }
             })}

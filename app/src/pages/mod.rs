@@ -42,6 +42,56 @@ pub fn LoadError(error: ServerFnError) -> impl IntoView {
     view! { <div class="flash flash-error" role="alert"><p>{text}</p></div> }
 }
 
+/// Where a page of a list sits and the way to the pages either side:
+/// "Showing 25–48 of 116 edits", "← Newer", "Older →". `path` is the page
+/// with its filters (`/admin/jobs?status=failed`); the cursor joins them.
+#[component]
+pub fn Pager<T: 'static>(
+    path: String,
+    page: crate::data::Paged<T>,
+    noun: &'static str,
+    /// The links' words: lists newest first go to older rows.
+    #[prop(default = "Older →")]
+    older: &'static str,
+    #[prop(default = "← Newer")] newer: &'static str,
+    /// Where on the page the list is (`#attempts`), so a new page opens there.
+    #[prop(default = "")]
+    anchor: &'static str,
+) -> impl IntoView {
+    let sep = if path.contains('?') { '&' } else { '?' };
+    let href = |c: &String| format!("{path}{sep}cursor={}{anchor}", urlencoding::encode(c));
+    let (newer_href, older_href) = (page.prev.as_ref().map(href), page.next.as_ref().map(href));
+    let shown = page.rows.len() as u64;
+    let place = match page.place {
+        _ if shown == 0 => Some(format!("No {noun} on this page")),
+        Some(p) => Some(format!(
+            "Showing {}–{} of {} {noun}",
+            p.before + 1,
+            p.before + shown,
+            p.total
+        )),
+        None => None,
+    };
+    let paged = newer_href.is_some() || older_href.is_some();
+    view! {
+        <nav class="pager pager-row" aria-label="Pages" data-testid="pager">
+            <span class="muted small" data-testid="pager-place">{place}</span>
+            {paged.then(|| view! {
+                <span class="pager-links">
+                    {match newer_href {
+                        Some(h) => view! { <a class="btn btn-ghost" href=h rel="prev" data-testid="pager-prev">{newer}</a> }.into_any(),
+                        None => view! { <span class="btn btn-ghost" aria-disabled="true">{newer}</span> }.into_any(),
+                    }}
+                    {match older_href {
+                        Some(h) => view! { <a class="btn btn-ghost" href=h rel="next" data-testid="pager-next">{older}</a> }.into_any(),
+                        None => view! { <span class="btn btn-ghost" aria-disabled="true">{older}</span> }.into_any(),
+                    }}
+                </span>
+            })}
+        </nav>
+    }
+}
+
 /// A person's role, as a small badge.
 #[component]
 pub fn RoleBadge(role: Role) -> impl IntoView {

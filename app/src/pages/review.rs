@@ -5,7 +5,7 @@
 //! is held, the attempts and timeline, and only the actions its stage
 //! permits, each a form that requires evidence.
 
-use super::{LoadError, Timeline};
+use super::{LoadError, Pager, Timeline};
 use crate::data::{
     load_review_queue, load_review_record, ActionRow, DecisionRow, QueueRow, ReviewAttemptRow,
     ReviewFilters, ReviewQueue, ReviewRecord, StageCount,
@@ -88,12 +88,11 @@ fn QueueView(q: ReviewQueue, filters: ReviewFilters) -> impl IntoView {
             </div>
         }
     });
-    let next = q.next_cursor.clone().map(|c| {
-        let base = filters.query();
-        let sep = if base.is_empty() { "" } else { "&" };
-        format!("/review?{base}{sep}cursor={}", urlencoding::encode(&c))
-    });
-    let rows = q.rows.clone();
+    let path = match filters.query() {
+        base if base.is_empty() => "/review".to_string(),
+        base => format!("/review?{base}"),
+    };
+    let rows = q.page.rows.clone();
     let bulk = (q.matching_open > 0 && !q.bulk_actions.is_empty())
         .then(|| view! { <BulkForm q=q.clone() filters=filters.clone() /> });
     view! {
@@ -110,7 +109,7 @@ fn QueueView(q: ReviewQueue, filters: ReviewFilters) -> impl IntoView {
             } else {
                 view! { <QueueTable rows=rows /> }.into_any()
             }}
-            {next.map(|href| view! { <p class="pager"><a class="btn btn-ghost" href=href>"Next page →"</a></p> })}
+            <Pager path=path page=q.page.clone() noun="records" older="Next →" newer="← Previous" />
         </section>
         {bulk}
     }

@@ -4,7 +4,7 @@
 //! dead ones first, replay one, or everything dead for an endpoint since a
 //! time with the count shown before it is confirmed.
 
-use super::LoadError;
+use super::{LoadError, Pager};
 use crate::data::{
     load_admin_webhooks, load_my_webhooks, AdminWebhooks, DeliveryRow, EndpointRow, MyWebhooks,
 };
@@ -203,9 +203,17 @@ pub fn AdminWebhooksPage() -> impl IntoView {
     let q = use_query_map().get_untracked();
     let get = |k: &str| q.get(k).filter(|v| !v.is_empty());
     let (state, endpoint, since) = (get("state"), get("endpoint"), get("since"));
+    let cursor = get("cursor");
     let data = Resource::new_blocking(
-        move || (state.clone(), endpoint.clone(), since.clone()),
-        |(s, e, t)| load_admin_webhooks(s, e, t),
+        move || {
+            (
+                state.clone(),
+                endpoint.clone(),
+                since.clone(),
+                cursor.clone(),
+            )
+        },
+        |(s, e, t, c)| load_admin_webhooks(s, e, t, c),
     );
     view! {
         <Title text="Webhooks" />
@@ -277,7 +285,8 @@ fn AdminView(w: AdminWebhooks) -> impl IntoView {
         </section>
         <section class="card">
             <nav class="nav filters" aria-label="Deliveries by state">{tabs}</nav>
-            <DeliveryTable rows=w.deliveries.clone() admin=true />
+            <DeliveryTable rows=w.deliveries.rows.clone() admin=true />
+            <Pager path=format!("/admin/webhooks?state={}", urlencoding::encode(&w.state)) page=w.deliveries.clone() noun="deliveries" />
         </section>
         <section class="card">
             <h2 class="card-title">"Endpoints"</h2>

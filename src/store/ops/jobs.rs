@@ -149,39 +149,37 @@ impl Backend {
         row.as_ref().map(job_from_row).transpose()
     }
 
-    /// Jobs newest first, filtered, after a cursor. Each filter adds its
-    /// condition (eight statement texts at most), so every one can use an
-    /// index.
+    /// Jobs newest first, filtered, from a cursor either way. Each filter
+    /// adds its condition, so every one can use an index.
     pub async fn list_jobs(&self, f: &JobFilter) -> StoreResult<Vec<Job>> {
-        let mut sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE TRUE");
-        let mut n = 0;
-        let mut next = || {
-            n += 1;
-            n
+        let mut q = sqlx::QueryBuilder::<Db>::new(format!("SELECT {JOB_COLUMNS} FROM jobs"));
+        jobs_where(&mut q, f);
+        // Before a position the list is read the other way round, nearest
+        // first, so that the limit keeps the rows next to it.
+        let order = match f.seek {
+            Some(Seek::Before(_)) => "ASC",
+            _ => "DESC",
         };
-        if f.user_id.is_some() {
-            sql += &format!(" AND user_id = ${}", next());
+        q.push(format!(" ORDER BY created_at {order}, id {order} LIMIT "))
+            .push_bind(f.limit);
+        let rows = q.build().fetch_all(&self.reader).await?;
+        let mut jobs = rows
+            .iter()
+            .map(job_from_row)
+            .collect::<StoreResult<Vec<_>>>()?;
+        if order == "ASC" {
+            jobs.reverse();
         }
-        if f.status.is_some() {
-            sql += &format!(" AND status = ${}", next());
-        }
-        if f.after.is_some() {
-            let (at, id) = (next(), next());
-            sql += &format!(" AND (created_at < ${at} OR (created_at = ${at} AND id < ${id}))");
-        }
-        sql += &format!(" ORDER BY created_at DESC, id DESC LIMIT ${}", next());
-        let mut q = sqlx::query(&sql);
-        if let Some(u) = f.user_id {
-            q = q.bind(u.0);
-        }
-        if let Some(s) = f.status {
-            q = q.bind(s.as_str());
-        }
-        if let Some(c) = f.after {
-            q = q.bind(c.created_at).bind(c.id.0);
-        }
-        let rows = q.bind(f.limit).fetch_all(&self.reader).await?;
-        rows.iter().map(job_from_row).collect()
+        Ok(jobs)
+    }
+
+    /// How many jobs the filter matches, ignoring its limit: all of them, or
+    /// (with `Before`) those newer than a position, which is where a page
+    /// starts in the whole list.
+    pub async fn count_jobs(&self, f: &JobFilter) -> StoreResult<i64> {
+        let mut q = sqlx::QueryBuilder::<Db>::new("SELECT COUNT(*) FROM jobs");
+        jobs_where(&mut q, f);
+        Ok(q.build().fetch_one(&self.reader).await?.try_get(0)?)
     }
 
     /// Rule 9: cancels only a job that is not terminal; in the same
@@ -292,5 +290,31 @@ impl Backend {
         .await?;
         row.map(|r| Ok((r.try_get("output_key")?, r.try_get("output_content_type")?)))
             .transpose()
+    }
+}
+
+/// The filter's conditions, the seek's among them: newest first, so after a
+/// position is older and before it is newer.
+fn jobs_where<'a>(q: &mut sqlx::QueryBuilder<'a, Db>, f: &'a JobFilter) {
+    q.push(" WHERE TRUE");
+    if let Some(u) = f.user_id {
+        q.push(" AND user_id = ").push_bind(u.0);
+    }
+    if let Some(s) = f.status {
+        q.push(" AND status = ").push_bind(s.as_str());
+    }
+    if let Some(seek) = f.seek {
+        let op = match seek {
+            Seek::After(_) => "<",
+            Seek::Before(_) => ">",
+        };
+        let at = seek.key();
+        q.push(format!(" AND (created_at {op} "))
+            .push_bind(at.created_at)
+            .push(" OR (created_at = ")
+            .push_bind(at.created_at)
+            .push(format!(" AND id {op} "))
+            .push_bind(at.id.0)
+            .push("))");
     }
 }

@@ -12,72 +12,51 @@ use chrono::{DateTime, Utc};
 const ABANDONED: &str = "abandoned";
 
 impl Backend {
-    /// Parked records, filtered, in the filter's order, after a cursor.
+    /// Parked records, filtered, in the filter's order, from a cursor
+    /// either way.
     pub async fn list_parked(&self, f: &ParkedFilter) -> StoreResult<Vec<Parked>> {
-        let mut sql =
-            format!("SELECT * FROM (SELECT {PARKED_COLUMNS} FROM {PARKED_FROM} WHERE 1 = 1");
-        let mut n = 0;
-        let mut next = || {
-            n += 1;
-            n
-        };
+        let mut q = sqlx::QueryBuilder::<Db>::new(format!(
+            "SELECT * FROM (SELECT {PARKED_COLUMNS} FROM {PARKED_FROM} WHERE TRUE"
+        ));
         match f.state {
-            Some(_) => sql += &format!(" AND p.state = ${}", next()),
-            None => sql += " AND p.state <> 'closed'",
+            Some(s) => q.push(" AND p.state = ").push_bind(s.as_str()),
+            None => q.push(" AND p.state <> 'closed'"),
+        };
+        if let Some(s) = f.stage {
+            q.push(" AND p.stage = ").push_bind(s.as_str());
         }
-        if f.stage.is_some() {
-            sql += &format!(" AND p.stage = ${}", next());
+        if let Some(m) = &f.model {
+            q.push(" AND p.model = ").push_bind(m.clone());
         }
-        if f.model.is_some() {
-            sql += &format!(" AND p.model = ${}", next());
-        }
-        if f.parked_before.is_some() {
-            sql += &format!(" AND p.created_at < ${}", next());
+        if let Some(t) = f.parked_before {
+            q.push(" AND p.created_at < ").push_bind(t);
         }
         // The page's start, on the sort's columns (the exposure is
         // computed, hence the outer query).
-        sql += ") q WHERE 1 = 1";
-        let exposed = f.sort == ParkedSort::Exposure;
-        if let Some(c) = &f.after {
-            let (a, b) = (next(), next());
-            let after_age =
-                format!("(q.created_at > ${a} OR (q.created_at = ${a} AND q.id > ${b}))");
-            if exposed && c.exposure_usd.is_some() {
-                let e = next();
-                sql += &format!(
-                    " AND (q.exposure_usd < ${e} OR (q.exposure_usd = ${e} AND {after_age}))"
-                );
-            } else {
-                sql += &format!(" AND {after_age}");
-            }
+        q.push(") q WHERE TRUE");
+        let back = matches!(f.seek, Some(Seek::Before(_)));
+        if let Some(seek) = f.seek {
+            parked_seek(&mut q, f.sort, seek);
         }
-        let order = if exposed {
-            "q.exposure_usd DESC, q.created_at, q.id"
-        } else {
-            "q.created_at, q.id"
+        // Before a position the list is read the other way round, nearest
+        // first, so that the limit keeps the rows next to it.
+        let order = match (f.sort, back) {
+            (ParkedSort::Exposure, false) => "q.exposure_usd DESC, q.created_at, q.id",
+            (ParkedSort::Exposure, true) => "q.exposure_usd, q.created_at DESC, q.id DESC",
+            (ParkedSort::Age, false) => "q.created_at, q.id",
+            (ParkedSort::Age, true) => "q.created_at DESC, q.id DESC",
         };
-        sql += &format!(" ORDER BY {order} LIMIT ${}", next());
-        let mut q = sqlx::query(&sql);
-        if let Some(s) = f.state {
-            q = q.bind(s.as_str());
+        q.push(format!(" ORDER BY {order} LIMIT "))
+            .push_bind(f.limit);
+        let rows = q.build().fetch_all(&self.reader).await?;
+        let mut list = rows
+            .iter()
+            .map(parked_from_row)
+            .collect::<StoreResult<Vec<_>>>()?;
+        if back {
+            list.reverse();
         }
-        if let Some(s) = f.stage {
-            q = q.bind(s.as_str());
-        }
-        if let Some(m) = &f.model {
-            q = q.bind(m);
-        }
-        if let Some(t) = f.parked_before {
-            q = q.bind(t);
-        }
-        if let Some(c) = &f.after {
-            q = q.bind(c.created_at).bind(c.id.0);
-            if let (true, Some(e)) = (exposed, c.exposure_usd) {
-                q = q.bind(e);
-            }
-        }
-        let rows = q.bind(f.limit).fetch_all(&self.reader).await?;
-        rows.iter().map(parked_from_row).collect()
+        Ok(list)
     }
 
     pub async fn parked(&self, id: ParkedId) -> StoreResult<Option<Parked>> {
@@ -647,4 +626,34 @@ async fn latest_decision(conn: &mut Conn, parked: ParkedId) -> StoreResult<Optio
         .fetch_optional(conn)
         .await?;
     row.as_ref().map(decision_from_row).transpose()
+}
+
+/// Rows after (or before) a position in the queue's order: oldest first,
+/// or most exposed first with ties oldest first.
+fn parked_seek(q: &mut sqlx::QueryBuilder<'_, Db>, sort: ParkedSort, seek: Seek<ParkedCursor>) {
+    let (later, more) = match seek {
+        Seek::After(_) => (">", "<"),
+        Seek::Before(_) => ("<", ">"),
+    };
+    let c = *seek.key();
+    let exposure = c.exposure_usd.filter(|_| sort == ParkedSort::Exposure);
+    if let Some(e) = exposure {
+        q.push(format!(" AND (q.exposure_usd {more} "))
+            .push_bind(e)
+            .push(" OR (q.exposure_usd = ")
+            .push_bind(e)
+            .push(" AND ");
+    } else {
+        q.push(" AND ");
+    }
+    q.push(format!("(q.created_at {later} "))
+        .push_bind(c.created_at)
+        .push(" OR (q.created_at = ")
+        .push_bind(c.created_at)
+        .push(format!(" AND q.id {later} "))
+        .push_bind(c.id.0)
+        .push("))");
+    if exposure.is_some() {
+        q.push("))");
+    }
 }

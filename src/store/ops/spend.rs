@@ -123,18 +123,28 @@ impl Backend {
         if let Some(state) = f.state {
             q.push(" AND a.state = ").push_bind(state.as_str());
         }
-        // After the cursor in (day, started_at, id) order.
-        if let Some((d, t, i)) = f.after {
-            q.push(" AND (a.budget_day > ").push_bind(d);
-            q.push(" OR (a.budget_day = ").push_bind(d);
-            q.push(" AND (a.started_at > ").push_bind(t);
-            q.push(" OR (a.started_at = ").push_bind(t);
-            q.push(" AND a.id > ").push_bind(i.0).push("))))");
+        // From the cursor in (day, started_at, id) order; before it the
+        // list is read the other way round, nearest first.
+        let back = matches!(f.seek, Some(Seek::Before(_)));
+        let (op, order) = if back { ("<", "DESC") } else { (">", "ASC") };
+        if let Some(seek) = f.seek {
+            let c = seek.key();
+            q.push(format!(" AND (a.budget_day {op} ")).push_bind(c.day);
+            q.push(" OR (a.budget_day = ").push_bind(c.day);
+            q.push(format!(" AND (a.started_at {op} "))
+                .push_bind(c.started_at);
+            q.push(" OR (a.started_at = ").push_bind(c.started_at);
+            q.push(format!(" AND a.id {op} "))
+                .push_bind(c.id.0)
+                .push("))))");
         }
-        q.push(" ORDER BY a.budget_day, a.started_at, a.id LIMIT ")
-            .push_bind(f.limit);
+        q.push(format!(
+            " ORDER BY a.budget_day {order}, a.started_at {order}, a.id {order} LIMIT "
+        ))
+        .push_bind(f.limit);
         let rows = q.build().fetch_all(&self.reader).await?;
-        rows.iter()
+        let mut list = rows
+            .iter()
             .map(|r| {
                 let status: String = r.try_get("job_status")?;
                 Ok(AttemptListed {
@@ -146,7 +156,11 @@ impl Backend {
                         .unwrap_or(false),
                 })
             })
-            .collect()
+            .collect::<StoreResult<Vec<_>>>()?;
+        if back {
+            list.reverse();
+        }
+        Ok(list)
     }
 
     /// What may have been spent without a price, right now.

@@ -393,55 +393,50 @@ impl Backend {
         Ok(true)
     }
 
-    /// Deliveries, newest first, filtered, before a cursor.
+    /// Deliveries, newest first, filtered, from a cursor either way.
     pub async fn list_deliveries(&self, f: &DeliveryFilter) -> StoreResult<Vec<Delivery>> {
-        let mut sql = format!(
-            "SELECT {DELIVERY_COLUMNS} FROM webhook_deliveries d JOIN users u ON u.id = d.user_id WHERE 1 = 1"
-        );
-        let mut n = 0;
-        let mut next = || {
-            n += 1;
-            n
-        };
-        if f.user.is_some() {
-            sql += &format!(" AND d.user_id = ${}", next());
-        }
-        if f.state.is_some() {
-            sql += &format!(" AND d.state = ${}", next());
-        }
-        if f.endpoint.is_some() {
-            sql += &format!(" AND d.endpoint_id = ${}", next());
-        }
-        if f.since.is_some() {
-            sql += &format!(" AND d.created_at >= ${}", next());
-        }
-        if f.before.is_some() {
-            let (a, b) = (next(), next());
-            sql += &format!(" AND (d.created_at < ${a} OR (d.created_at = ${a} AND d.id < ${b}))");
-        }
-        sql += &format!(" ORDER BY d.created_at DESC, d.id DESC LIMIT ${}", next());
-        let mut q = sqlx::query(&sql);
+        let mut q = sqlx::QueryBuilder::<Db>::new(format!(
+            "SELECT {DELIVERY_COLUMNS} FROM webhook_deliveries d JOIN users u ON u.id = d.user_id WHERE TRUE"
+        ));
         if let Some(u) = f.user {
-            q = q.bind(u.0);
+            q.push(" AND d.user_id = ").push_bind(u.0);
         }
         if let Some(s) = f.state {
-            q = q.bind(s.as_str());
+            q.push(" AND d.state = ").push_bind(s.as_str());
         }
         if let Some(e) = f.endpoint {
-            q = q.bind(e.0);
+            q.push(" AND d.endpoint_id = ").push_bind(e.0);
         }
         if let Some(t) = f.since {
-            q = q.bind(t);
+            q.push(" AND d.created_at >= ").push_bind(t);
         }
-        if let Some((at, id)) = f.before {
-            q = q.bind(at).bind(id.0);
+        // Before a position the list is read the other way round, nearest
+        // first, so that the limit keeps the rows next to it.
+        let back = matches!(f.seek, Some(Seek::Before(_)));
+        let (op, order) = if back { (">", "ASC") } else { ("<", "DESC") };
+        if let Some(seek) = f.seek {
+            let c = seek.key();
+            q.push(format!(" AND (d.created_at {op} "))
+                .push_bind(c.created_at)
+                .push(" OR (d.created_at = ")
+                .push_bind(c.created_at)
+                .push(format!(" AND d.id {op} "))
+                .push_bind(c.id.0)
+                .push("))");
         }
-        q.bind(f.limit)
-            .fetch_all(&self.reader)
-            .await?
+        q.push(format!(
+            " ORDER BY d.created_at {order}, d.id {order} LIMIT "
+        ))
+        .push_bind(f.limit);
+        let rows = q.build().fetch_all(&self.reader).await?;
+        let mut list = rows
             .iter()
             .map(delivery_from_row)
-            .collect()
+            .collect::<StoreResult<Vec<_>>>()?;
+        if back {
+            list.reverse();
+        }
+        Ok(list)
     }
 
     pub async fn delivery(&self, id: DeliveryId) -> StoreResult<Option<Delivery>> {

@@ -11,8 +11,10 @@ pub mod signing;
 
 use crate::model::{DeliveryId, DeliveryState, Role, WebhookEndpointId, WebhookEvent};
 use crate::store::{
-    Delivery, DeliveryFilter, NewWebhookEndpoint, User, WebhookEndpoint, WebhookStats,
+    Delivery, DeliveryCursor, DeliveryFilter, NewWebhookEndpoint, Seek, User, WebhookEndpoint,
+    WebhookStats,
 };
+use crate::usecases::cursor::{self, Page, Position};
 use crate::usecases::error::{Error, Result};
 use crate::Tollgate;
 use chrono::{DateTime, Utc};
@@ -55,6 +57,66 @@ fn parse_events(raw: &[String]) -> Result<Vec<WebhookEvent>> {
         }
     }
     Ok(out)
+}
+
+/// A list of deliveries as asked for, parsed once at the edge.
+#[derive(Clone, Copy, Debug)]
+pub struct DeliveryQuery {
+    pub state: Option<DeliveryState>,
+    pub endpoint: Option<WebhookEndpointId>,
+    pub limit: i64,
+    pub seek: Option<Seek<DeliveryCursor>>,
+}
+
+impl DeliveryQuery {
+    /// From the query string's text; `limit` is 50 when absent.
+    pub fn parse(
+        state: Option<&str>,
+        endpoint: Option<&str>,
+        limit: Option<i64>,
+        cursor: Option<&str>,
+    ) -> Result<Self> {
+        let limit = limit.unwrap_or(50);
+        if !(1..=DELIVERIES_PAGE_MAX).contains(&limit) {
+            return Err(Error::invalid(
+                "limit",
+                format!("must be 1 to {DELIVERIES_PAGE_MAX}"),
+            ));
+        }
+        let state = state
+            .map(|s| {
+                DeliveryState::parse(s)
+                    .ok_or_else(|| Error::invalid("state", "must be pending, delivered or dead"))
+            })
+            .transpose()?;
+        let endpoint = endpoint
+            .map(|e| {
+                e.parse()
+                    .map_err(|_| Error::invalid("endpoint", "must be an endpoint id"))
+            })
+            .transpose()?;
+        Ok(DeliveryQuery {
+            state,
+            endpoint,
+            limit,
+            seek: cursor::decode_opt(cursor)?,
+        })
+    }
+}
+
+/// `created_at|id`.
+impl Position for DeliveryCursor {
+    fn parts(&self) -> Vec<String> {
+        vec![cursor::time_part(self.created_at), self.id.to_string()]
+    }
+
+    fn read(parts: &[&str]) -> Option<Self> {
+        let [at, id] = parts else { return None };
+        Some(DeliveryCursor {
+            created_at: cursor::read_time(at)?,
+            id: id.parse().ok()?,
+        })
+    }
 }
 
 impl Tollgate {
@@ -203,38 +265,23 @@ impl Tollgate {
     }
 
     /// Deliveries, newest first: the caller's own, or everyone's for admins.
-    pub async fn deliveries(
-        &self,
-        viewer: &User,
-        state: Option<&str>,
-        endpoint: Option<WebhookEndpointId>,
-        before: Option<(DateTime<Utc>, DeliveryId)>,
-        limit: i64,
-    ) -> Result<Vec<Delivery>> {
-        if !(1..=DELIVERIES_PAGE_MAX).contains(&limit) {
-            return Err(Error::invalid(
-                "limit",
-                format!("must be 1 to {DELIVERIES_PAGE_MAX}"),
-            ));
-        }
-        let state = state
-            .map(|s| {
-                DeliveryState::parse(s)
-                    .ok_or_else(|| Error::invalid("state", "must be pending, delivered or dead"))
-            })
-            .transpose()?;
+    pub async fn deliveries(&self, viewer: &User, q: &DeliveryQuery) -> Result<Page<Delivery>> {
         let user = (!viewer.role.allows(Role::Admin)).then_some(viewer.id);
-        Ok(self
-            .store()
-            .list_deliveries(&DeliveryFilter {
-                user,
-                state,
-                endpoint,
-                since: None,
-                before,
-                limit,
-            })
-            .await?)
+        let filter = DeliveryFilter {
+            user,
+            state: q.state,
+            endpoint: q.endpoint,
+            since: None,
+            seek: q.seek,
+            limit: q.limit + 1,
+        };
+        let list = self.store().list_deliveries(&filter).await?;
+        Ok(Page::of(list, q.limit as usize, q.seek, |d| {
+            DeliveryCursor {
+                created_at: d.created_at,
+                id: d.id,
+            }
+        }))
     }
 
     /// The caller's own newest deliveries, whatever their role (the
@@ -304,7 +351,7 @@ impl Tollgate {
                 state: Some(DeliveryState::Dead),
                 endpoint: Some(endpoint),
                 since: Some(since),
-                before: None,
+                seek: None,
                 limit: REPLAY_MAX,
             })
             .await?)
