@@ -8,7 +8,7 @@ use std::sync::Arc;
 use tokio::sync::Barrier;
 use tollgate::model::{Credits, JobStatus, Role};
 use tollgate::store::{Applied, Finish, Op, Unit, User};
-use tollgate::usecases::jobs::JobQuery;
+use tollgate::usecases::jobs::{JobQuery, Whose};
 use tollgate::usecases::webhooks::DeliveryQuery;
 use tollgate_testkit::both_backends;
 use tollgate_testkit::TestDb;
@@ -544,9 +544,9 @@ async fn bad_submissions_change_nothing(db: TestDb) {
 
 async fn jobs_are_private_and_paginated(db: TestDb) {
     let a = api(db).await;
-    let (_, token) = a.person("u@example.com", Role::User, 30).await;
+    let (owner, token) = a.person("u@example.com", Role::User, 30).await;
     let (_, other) = a.person("v@example.com", Role::User, 0).await;
-    let (_, admin) = a.person("admin@example.com", Role::Admin, 0).await;
+    let (admin_user, admin) = a.person("admin@example.com", Role::Admin, 0).await;
     let source = a.photo(&token).await;
     let mut ids = Vec::new();
     for i in 0..5 {
@@ -617,6 +617,43 @@ async fn jobs_are_private_and_paginated(db: TestDb) {
     }
     ids.reverse();
     assert_eq!(seen, ids, "newest first, each once");
+    // The pages walk to the end and back, each saying where it sits.
+    let t = &a.db.tollgate;
+    for (viewer, whose) in [(&owner, Whose::Own), (&admin_user, Whose::Everyone)] {
+        let page_at = |cursor: Option<String>| async move {
+            let mut q = JobQuery::parse(None, Some(2), cursor.as_deref()).unwrap();
+            (q.whose, q.counted) = (whose, true);
+            t.list_jobs(viewer, &q).await.unwrap()
+        };
+        let mut pages = Vec::new();
+        let mut page = page_at(None).await;
+        loop {
+            let place = page.place.unwrap();
+            assert_eq!((place.before, place.total), (2 * pages.len() as u64, 5));
+            pages.push(
+                page.items
+                    .iter()
+                    .map(|j| j.id.to_string())
+                    .collect::<Vec<_>>(),
+            );
+            match page.next.clone() {
+                Some(n) => page = page_at(Some(n)).await,
+                None => break,
+            }
+        }
+        assert_eq!(pages.concat(), ids);
+        let mut back = vec![pages.last().unwrap().clone()];
+        while let Some(p) = page.prev.clone() {
+            page = page_at(Some(p)).await;
+            back.push(page.items.iter().map(|j| j.id.to_string()).collect());
+        }
+        back.reverse();
+        assert_eq!(back, pages, "the pages back are the pages forward");
+    }
+    // Everyone's jobs are an admin's to list, nobody else's.
+    let mut q = JobQuery::parse(None, None, None).unwrap();
+    q.whose = Whose::Everyone;
+    assert!(t.list_jobs(&owner, &q).await.is_err());
     let none: Value = get(&other, "/v1/jobs".into())
         .await
         .unwrap()

@@ -62,6 +62,10 @@ pub fn Pager<T: 'static>(
     let href = |c: &String| format!("{path}{sep}cursor={}{anchor}", urlencoding::encode(c));
     let (newer_href, older_href) = (page.prev.as_ref().map(href), page.next.as_ref().map(href));
     let shown = page.rows.len() as u64;
+    // One page is the whole list: there is nothing to page or place.
+    if page.prev.is_none() && page.next.is_none() {
+        return None;
+    }
     let place = match page.place {
         _ if shown == 0 => Some(format!("No {noun} on this page")),
         Some(p) => Some(format!(
@@ -72,24 +76,20 @@ pub fn Pager<T: 'static>(
         )),
         None => None,
     };
-    let paged = newer_href.is_some() || older_href.is_some();
-    view! {
+    let newer = match newer_href {
+        Some(h) => view! { <a class="btn btn-ghost" href=h rel="prev" data-testid="pager-prev">{newer}</a> }.into_any(),
+        None => view! { <span class="btn btn-ghost" aria-disabled="true">{newer}</span> }.into_any(),
+    };
+    let older = match older_href {
+        Some(h) => view! { <a class="btn btn-ghost" href=h rel="next" data-testid="pager-next">{older}</a> }.into_any(),
+        None => view! { <span class="btn btn-ghost" aria-disabled="true">{older}</span> }.into_any(),
+    };
+    Some(view! {
         <nav class="pager pager-row" aria-label="Pages" data-testid="pager">
             <span class="muted small" data-testid="pager-place">{place}</span>
-            {paged.then(|| view! {
-                <span class="pager-links">
-                    {match newer_href {
-                        Some(h) => view! { <a class="btn btn-ghost" href=h rel="prev" data-testid="pager-prev">{newer}</a> }.into_any(),
-                        None => view! { <span class="btn btn-ghost" aria-disabled="true">{newer}</span> }.into_any(),
-                    }}
-                    {match older_href {
-                        Some(h) => view! { <a class="btn btn-ghost" href=h rel="next" data-testid="pager-next">{older}</a> }.into_any(),
-                        None => view! { <span class="btn btn-ghost" aria-disabled="true">{older}</span> }.into_any(),
-                    }}
-                </span>
-            })}
+            <span class="pager-links">{newer}{older}</span>
         </nav>
-    }
+    })
 }
 
 /// A person's role, as a small badge.
