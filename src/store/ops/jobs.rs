@@ -309,12 +309,7 @@ fn jobs_where<'a>(q: &mut sqlx::QueryBuilder<'a, Db>, f: &'a JobFilter) {
             Seek::Before(_) => ">",
         };
         let at = seek.key();
-        q.push(format!(" AND (created_at {op} "))
-            .push_bind(at.created_at)
-            .push(" OR (created_at = ")
-            .push_bind(at.created_at)
-            .push(format!(" AND id {op} "))
-            .push_bind(at.id.0)
-            .push("))");
+        q.push(" AND ");
+        push_past(q, ("created_at", "id"), op, at.created_at, at.id.0);
     }
 }

@@ -52,6 +52,24 @@ macro_rules! fence {
 }
 use fence;
 
+/// Rows past a place in a list ordered by a time and then an id: `op` is
+/// `<` or `>` for the way the page reads. Every keyset cursor ends in this.
+fn push_past<'a>(
+    q: &mut sqlx::QueryBuilder<'a, Db>,
+    (at_col, id_col): (&str, &str),
+    op: &str,
+    at: chrono::DateTime<chrono::Utc>,
+    id: uuid::Uuid,
+) {
+    q.push(format!("({at_col} {op} "))
+        .push_bind(at)
+        .push(format!(" OR ({at_col} = "))
+        .push_bind(at)
+        .push(format!(" AND {id_col} {op} "))
+        .push_bind(id)
+        .push("))");
+}
+
 const USER_COLUMNS: &str = "id, email, role, disabled, balance, created_at, sessions_valid_after";
 const TOKEN_COLUMNS: &str = "id, user_id, name, prefix, created_at, last_used_at, revoked_at";
 const LEDGER_COLUMNS: &str = "id, user_id, amount, kind, reference, actor_id, reason, created_at";

@@ -646,13 +646,7 @@ fn parked_seek(q: &mut sqlx::QueryBuilder<'_, Db>, sort: ParkedSort, seek: Seek<
     } else {
         q.push(" AND ");
     }
-    q.push(format!("(q.created_at {later} "))
-        .push_bind(c.created_at)
-        .push(" OR (q.created_at = ")
-        .push_bind(c.created_at)
-        .push(format!(" AND q.id {later} "))
-        .push_bind(c.id.0)
-        .push("))");
+    push_past(q, ("q.created_at", "q.id"), later, c.created_at, c.id.0);
     if exposure.is_some() {
         q.push("))");
     }

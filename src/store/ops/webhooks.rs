@@ -416,13 +416,8 @@ impl Backend {
         let (op, order) = if back { (">", "ASC") } else { ("<", "DESC") };
         if let Some(seek) = f.seek {
             let c = seek.key();
-            q.push(format!(" AND (d.created_at {op} "))
-                .push_bind(c.created_at)
-                .push(" OR (d.created_at = ")
-                .push_bind(c.created_at)
-                .push(format!(" AND d.id {op} "))
-                .push_bind(c.id.0)
-                .push("))");
+            q.push(" AND ");
+            push_past(&mut q, ("d.created_at", "d.id"), op, c.created_at, c.id.0);
         }
         q.push(format!(
             " ORDER BY d.created_at {order}, d.id {order} LIMIT "
