@@ -9,6 +9,7 @@ use tokio::sync::Barrier;
 use tollgate::model::{Credits, JobStatus, Role};
 use tollgate::store::{Applied, Finish, Op, Unit, User};
 use tollgate::usecases::jobs::{JobQuery, Whose};
+use tollgate::usecases::ledger::LedgerQuery;
 use tollgate::usecases::webhooks::DeliveryQuery;
 use tollgate_testkit::both_backends;
 use tollgate_testkit::TestDb;
@@ -110,6 +111,8 @@ both_backends!(
     a_refund_never_follows_a_job_that_finished_first,
     bad_submissions_change_nothing,
     jobs_are_private_and_paginated,
+    a_long_credit_history_pages_to_the_end_and_back,
+    admins_count_filter_and_find_jobs,
     quote_matches_the_charge,
     uploads_are_sniffed_bounded_and_private,
     expired_keys_can_be_reused,
@@ -540,6 +543,129 @@ async fn bad_submissions_change_nothing(db: TestDb) {
         .unwrap()
         .items
         .is_empty());
+}
+
+/// Issue 33, 1 and 9: 250 entries page to the end and back, each page
+/// saying where it sits, and each charge names its job.
+async fn a_long_credit_history_pages_to_the_end_and_back(db: TestDb) {
+    let a = api(db).await;
+    let (owner, token) = a.person("u@example.com", Role::User, 0).await;
+    let t = &a.db.tollgate;
+    for i in 0..249 {
+        t.grant_credits(
+            None,
+            owner.id,
+            Credits(1),
+            Some("top-up"),
+            Some(&format!("g{i}")),
+        )
+        .await
+        .unwrap();
+    }
+    let source = a.photo(&token).await;
+    let job: Value = a
+        .submit(&token, "named", &edit(&source))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let page_at = |cursor: Option<String>| {
+        let owner = owner.clone();
+        async move {
+            let q = LedgerQuery::parse(50, cursor.as_deref()).unwrap();
+            t.ledger_page(&owner, &q).await.unwrap()
+        }
+    };
+    let mut pages: Vec<Vec<String>> = Vec::new();
+    let mut page = page_at(None).await;
+    // The newest entry is the charge, and it names its job.
+    let first = &page.items[0];
+    assert_eq!(first.entry.kind, tollgate::model::LedgerKind::Debit);
+    assert_eq!(
+        first.job.as_ref().map(|j| j.id.to_string()),
+        job["id"].as_str().map(str::to_string)
+    );
+    loop {
+        let place = page.place.unwrap();
+        assert_eq!((place.before, place.total), (50 * pages.len() as u64, 250));
+        pages.push(page.items.iter().map(|l| l.entry.id.to_string()).collect());
+        match page.next.clone() {
+            Some(n) => page = page_at(Some(n)).await,
+            None => break,
+        }
+    }
+    assert_eq!(pages.len(), 5);
+    assert!(pages.iter().all(|p| p.len() == 50));
+    let all: Vec<String> = pages.concat();
+    let unique: std::collections::HashSet<_> = all.iter().collect();
+    assert_eq!(unique.len(), 250, "each entry once");
+    let mut back = vec![pages.last().unwrap().clone()];
+    while let Some(p) = page.prev.clone() {
+        page = page_at(Some(p)).await;
+        back.push(page.items.iter().map(|l| l.entry.id.to_string()).collect());
+    }
+    back.reverse();
+    assert_eq!(back, pages, "the pages back are the pages forward");
+    assert!(LedgerQuery::parse(50, Some("nonsense")).is_err());
+    assert!(LedgerQuery::parse(0, None).is_err());
+}
+
+/// Issue 33, 10: an admin counts jobs per status (everyone's or one
+/// person's), lists one person's, and finds jobs by idempotency key;
+/// nobody else may.
+async fn admins_count_filter_and_find_jobs(db: TestDb) {
+    let a = api(db).await;
+    let (ana, ana_token) = a.person("ana@example.com", Role::User, 30).await;
+    let (bo, bo_token) = a.person("bo@example.com", Role::User, 30).await;
+    let (admin, _) = a.person("admin@example.com", Role::Admin, 0).await;
+    let t = &a.db.tollgate;
+    for (token, key) in [
+        (&ana_token, "a1"),
+        (&ana_token, "a2"),
+        (&bo_token, "shared"),
+    ] {
+        let source = a.photo(token).await;
+        assert!(a
+            .submit(token, key, &edit(&source))
+            .await
+            .status()
+            .is_success());
+    }
+    let source = a.photo(&ana_token).await;
+    let shared: Value = a
+        .submit(&ana_token, "shared", &edit(&source))
+        .await
+        .json()
+        .await
+        .unwrap();
+    t.cancel_job(&ana, shared["id"].as_str().unwrap().parse().unwrap())
+        .await
+        .unwrap();
+    let counts = t.job_counts(&admin, Whose::Everyone).await.unwrap();
+    assert_eq!(
+        counts,
+        vec![(JobStatus::Queued, 3), (JobStatus::Cancelled, 1)]
+    );
+    let anas = t.job_counts(&admin, Whose::Of(ana.id)).await.unwrap();
+    assert_eq!(
+        anas,
+        vec![(JobStatus::Queued, 2), (JobStatus::Cancelled, 1)]
+    );
+    let mut q = JobQuery::parse(None, None, None).unwrap();
+    q.whose = Whose::Of(bo.id);
+    let bos = t.list_jobs(&admin, &q).await.unwrap();
+    assert_eq!(bos.items.len(), 1);
+    assert!(bos.items.iter().all(|j| j.user_id == bo.id));
+    // One key, two people's jobs.
+    let found = t.jobs_under_key(&admin, "shared").await.unwrap();
+    assert_eq!(found.len(), 2);
+    assert!(t.jobs_under_key(&ana, "shared").await.is_err());
+    assert!(t.job_counts(&ana, Whose::Everyone).await.is_err());
+    assert!(
+        t.list_jobs(&ana, &q).await.is_err(),
+        "another's jobs are an admin's to list"
+    );
+    assert_eq!(t.job_counts(&ana, Whose::Own).await.unwrap().len(), 2);
 }
 
 async fn jobs_are_private_and_paginated(db: TestDb) {

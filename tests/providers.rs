@@ -145,6 +145,7 @@ both_backends!(
     the_prediction_window_counts_from_the_attempts_start,
     a_submit_503_is_uncertain_unless_the_model_says_otherwise,
     a_hostile_output_is_not_stored_and_fails_the_attempt,
+    a_broken_output_fails_the_attempt_before_delivery,
     an_output_on_another_host_is_never_fetched,
     outputs_and_uploads_cannot_run_on_our_origin,
 );
@@ -178,6 +179,51 @@ async fn a_hostile_output_is_not_stored_and_fails_the_attempt(db: TestDb) {
         "nothing stored"
     );
     assert_eq!(balance(&db, &u).await, Credits(100), "refunded");
+}
+
+/// Issue 33, 2: a result that is plainly not an edit of the photo (a
+/// 16×16 image of one colour) is not delivered as done: the attempt fails
+/// at what the provider billed, nothing is stored, the job is refunded and
+/// says why. The mock's ordinary output (the photo's shape) is delivered.
+async fn a_broken_output_fails_the_attempt_before_delivery(db: TestDb) {
+    let m = mock(true, true, 0, Some("0.100000")).await;
+    let db = db
+        .with_config(&model("m", &m, "default = true\nattempts = 1"))
+        .await;
+    let u = person(&db).await;
+    script(&m, &["tiny_output"]).await;
+    let id = edit(&db, &u, "tiny").await;
+    let job = run_until_settled(&db, id).await;
+    assert_eq!(job.status, JobStatus::Failed);
+    let error = job.error.as_ref().unwrap();
+    assert_eq!(error["code"], "INVALID_OUTPUT");
+    let message = error["message"].as_str().unwrap();
+    assert!(
+        message.contains("16×16") && message.contains("refunded"),
+        "{message}"
+    );
+    let a = db.store().attempts(id).await.unwrap();
+    let generate: Vec<_> = a
+        .iter()
+        .filter(|a| a.purpose == AttemptPurpose::Generate)
+        .collect();
+    assert_eq!(generate.len(), 1);
+    assert_eq!(generate[0].state, AttemptState::Failed);
+    assert_eq!(generate[0].error_class.as_deref(), Some("invalid_output"));
+    assert_eq!(
+        generate[0].cost_usd,
+        Some(usd("0.1")),
+        "the provider billed it"
+    );
+    assert_eq!(m.paid().await, 1);
+    let key = tollgate::storage::ObjectKey::parse(&format!("outputs/{id}")).unwrap();
+    assert!(db.tollgate.objects().head(&key).await.unwrap().is_none());
+    assert_eq!(balance(&db, &u).await, Credits(100), "refunded");
+
+    // The mock's ordinary answer has the photo's shape and is delivered.
+    let ok = edit(&db, &u, "fine").await;
+    let job = run_until_settled(&db, ok).await;
+    assert_eq!(job.status, JobStatus::Succeeded, "{:?}", job.error);
 }
 
 /// An output URL on a host the model does not list is refused before any

@@ -2,7 +2,8 @@
 //! repair that improves is delivered; one that does not keeps the previous
 //! version readable and stops the lineage; two per lineage even when ten
 //! race; settings frozen; replays; who may repair what; a cancelled repair
-//! refunded with its slot given back.
+//! refunded with its slot given back; a result whose review found issues
+//! repaired once for free.
 
 use reqwest::StatusCode;
 use serde_json::{json, Value};
@@ -119,6 +120,16 @@ impl Api {
         panic!("job {id} did not finish in 30 s");
     }
 
+    /// Whether a repair's charge was given back as it was ordered.
+    async fn waived(&self, job: &Value) -> bool {
+        let id: tollgate::model::JobId = job["id"].as_str().unwrap().parse().unwrap();
+        self.db
+            .history(id)
+            .await
+            .iter()
+            .any(|e| e.kind() == "waived")
+    }
+
     async fn balance(&self, u: &User) -> i64 {
         let t = &self.db.tollgate;
         let b = t.user(u.id).await.unwrap().balance;
@@ -128,7 +139,11 @@ impl Api {
 
     /// An edit, run to success.
     async fn delivered_edit(&self, u: &User, token: &str) -> Value {
-        let job = self.order(u, token, "original").await;
+        self.delivered_edit_under(u, token, "original").await
+    }
+
+    async fn delivered_edit_under(&self, u: &User, token: &str, key: &str) -> Value {
+        let job = self.order(u, token, key).await;
         let engine = tollgate::engine::start(self.db.tollgate.clone(), 1);
         let job = self.settled(token, job["id"].as_str().unwrap()).await;
         engine.shutdown().await;
@@ -148,6 +163,8 @@ both_backends!(
     repairs_keep_their_settings_and_replay,
     only_the_owner_repairs_an_edit_that_succeeded,
     a_cancelled_repair_is_refunded_and_gives_its_slot_back,
+    a_flagged_result_is_repaired_once_for_free,
+    racing_repairs_of_a_flagged_result_make_one_free,
 );
 
 async fn a_repair_that_improves_is_delivered(db: TestDb) {
@@ -525,4 +542,130 @@ async fn a_cancelled_repair_is_refunded_and_gives_its_slot_back(db: TestDb) {
     assert_eq!(s, StatusCode::CONFLICT);
     assert_eq!(a.balance(&u).await, before - 2 * credits);
     assert_ne!(r1["id"], r3["id"]);
+}
+
+/// An API over a model at the mock provider, whose answer (a gradient of
+/// the photo's shape) the local review finds issues with: it changed the
+/// whole picture, not the dog.
+async fn api_with_flagged_results(db: TestDb) -> (Api, tollgate_testkit::MockServer) {
+    let m = tollgate_testkit::MockServer::start(Default::default()).await;
+    let config = format!(
+        "[[models]]\nid = \"m\"\nkind = \"image_edit\"\nprovider = \"http\"\nendpoint = \"{}\"\n\
+         price = {{ per_generation = \"0.10\" }}\npoll_ms = 30\nbackoff_ms = 30\ndefault = true\n",
+        m.base
+    );
+    (api(db.with_config(&config).await).await, m)
+}
+
+async fn a_flagged_result_is_repaired_once_for_free(db: TestDb) {
+    let (a, _mock) = api_with_flagged_results(db).await;
+    let (u, token) = a.person("owner@example.com", Role::User, 20).await;
+    let original = a.delivered_edit(&u, &token).await;
+    assert_eq!(original["review"]["verdict"], "issues", "{original}");
+    let credits = original["credits"].as_i64().unwrap();
+    assert!(credits > 0);
+    let path = repairs_of(&original["id"]);
+    let before = a.balance(&u).await;
+    let (s, free) = a
+        .post(
+            &token,
+            &path,
+            Some("r1"),
+            &json!({"instruction": "only the dog"}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{free}");
+    // Charged like its parent, and the charge given back at once.
+    assert_eq!(free["credits"], credits, "{free}");
+    assert_eq!(a.balance(&u).await, before, "nothing paid");
+    assert!(a.waived(&free).await);
+    // While the free one is live, the next repair is charged.
+    let (s, paid) = a
+        .post(
+            &token,
+            &path,
+            Some("r2"),
+            &json!({"instruction": "only the dog, bolder"}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{paid}");
+    assert_eq!(paid["credits"], credits);
+    assert!(!a.waived(&paid).await);
+    assert_eq!(a.balance(&u).await, before - credits);
+    // Cancelling the free one refunds nothing (nothing was paid) and gives
+    // its slot back, once; the repair after it is free again.
+    let cancel = format!("/v1/jobs/{}/cancel", free["id"].as_str().unwrap());
+    for _ in 0..2 {
+        let (s, c) = a.post(&token, &cancel, None, &json!({})).await;
+        assert_eq!(
+            (s, c["status"].clone()),
+            (StatusCode::OK, json!("cancelled"))
+        );
+        assert_eq!(c["lineage"]["repairs_left"], 1, "{c}");
+    }
+    assert_eq!(a.balance(&u).await, before - credits);
+    let (s, again) = a
+        .post(
+            &token,
+            &path,
+            Some("r3"),
+            &json!({"instruction": "the dog only"}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{again}");
+    assert!(a.waived(&again).await);
+    let (s, full) = a
+        .post(&token, &path, Some("r4"), &json!({"instruction": "more"}))
+        .await;
+    assert_eq!(
+        (s, full["error"]["code"].clone()),
+        (StatusCode::CONFLICT, json!("REPAIR_LIMIT_REACHED"))
+    );
+    assert_eq!(a.balance(&u).await, before - credits);
+    // The free repair fails like any other: nothing to refund, and the
+    // ledger still adds up (checked by `balance`).
+    let engine = tollgate::engine::start(a.db.tollgate.clone(), 1);
+    let done = a.settled(&token, again["id"].as_str().unwrap()).await;
+    engine.shutdown().await;
+    assert!(
+        ["succeeded", "failed"].contains(&done["status"].as_str().unwrap()),
+        "{done}"
+    );
+    assert_eq!(a.balance(&u).await, before - credits);
+}
+
+async fn racing_repairs_of_a_flagged_result_make_one_free(db: TestDb) {
+    let (a, _mock) = api_with_flagged_results(db).await;
+    let a = Arc::new(a);
+    let (u, token) = a.person("owner@example.com", Role::User, 100).await;
+    let original = a.delivered_edit(&u, &token).await;
+    assert_eq!(original["review"]["verdict"], "issues", "{original}");
+    let before = a.balance(&u).await;
+    let barrier = Arc::new(Barrier::new(10));
+    let mut tasks = Vec::new();
+    for i in 0..10 {
+        let (a, token, barrier) = (a.clone(), token.clone(), barrier.clone());
+        let path = repairs_of(&original["id"]);
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            a.post(
+                &token,
+                &path,
+                Some(&format!("race-{i}")),
+                &json!({"instruction": format!("take {i}")}),
+            )
+            .await
+        }));
+    }
+    let mut waived = Vec::new();
+    for t in tasks {
+        let (s, body) = t.await.unwrap();
+        if s == StatusCode::CREATED {
+            waived.push(a.waived(&body).await);
+        }
+    }
+    waived.sort();
+    assert_eq!(waived, vec![false, true], "two made: one free, one charged");
+    let credits = original["credits"].as_i64().unwrap();
+    assert_eq!(a.balance(&u).await, before - credits);
 }

@@ -63,6 +63,12 @@ enum UserCommand {
         #[arg(long)]
         role: Role,
     },
+    /// Set a new password (from TOLLGATE_PASSWORD or standard input); that
+    /// person's sessions end.
+    SetPassword {
+        #[arg(long)]
+        email: String,
+    },
 }
 
 #[derive(Subcommand)]
@@ -165,6 +171,18 @@ async fn run(cli: Cli) -> Result<(), Fatal> {
             let password = read_password()?;
             let user = tollgate.add_user(&email, role, &password).await?;
             println!("{} {} {}", user.id, user.email, user.role);
+            Ok(())
+        }
+        Command::User {
+            command: UserCommand::SetPassword { email },
+        } => {
+            let tollgate = Tollgate::open(config).await?;
+            let user = tollgate.user_by_email(&email).await?;
+            let password = read_password()?;
+            tollgate
+                .set_password(None, user.id, &password, &password)
+                .await?;
+            println!("password set for {}; their sessions ended", user.email);
             Ok(())
         }
         Command::Credits {

@@ -2,7 +2,8 @@
 //! `/v1` operation of the OpenAPI document and every form route, called as
 //! nobody, a user, a reviewer, an admin and another user; and what a
 //! session may outlive: a failed sign-in writes no session row, a password
-//! change ends the other sessions, disabling a user ends theirs, a token
+//! change ends the other sessions, disabling a user ends theirs, a new
+//! password set by an admin or at the command line ends theirs, a token
 //! drives no form, and a client that never finishes its request head is
 //! dropped.
 
@@ -100,6 +101,10 @@ async fn person(db: &TestDb, s: &Server, email: &str, role: Role) -> Person {
 }
 
 async fn signed_in(s: &Server, email: &str) -> reqwest::Client {
+    signed_in_with(s, email, PASSWORD).await
+}
+
+async fn signed_in_with(s: &Server, email: &str, password: &str) -> reqwest::Client {
     let browser = reqwest::Client::builder()
         .cookie_store(true)
         .redirect(reqwest::redirect::Policy::none())
@@ -108,7 +113,7 @@ async fn signed_in(s: &Server, email: &str) -> reqwest::Client {
     let r = browser
         .post(format!("{}/login", s.base))
         .header("Origin", &s.base)
-        .form(&[("email", email), ("password", PASSWORD), ("next", "")])
+        .form(&[("email", email), ("password", password), ("next", "")])
         .send()
         .await
         .unwrap();
@@ -294,6 +299,10 @@ async fn every_route_answers_each_role_as_it_should(db: TestDb) {
             format!("/admin/users/{}/grants", owner.user.id),
             Role::Admin,
         ),
+        (
+            format!("/admin/users/{}/password", owner.user.id),
+            Role::Admin,
+        ),
         ("/admin/budget/cap".into(), Role::Admin),
         ("/admin/budget/halt".into(), Role::Admin),
         ("/admin/budget/resume".into(), Role::Admin),
@@ -463,6 +472,51 @@ async fn sessions_end_when_they_must(db: TestDb) {
         StatusCode::UNAUTHORIZED,
         "re-enabled, but the old session stays ended"
     );
+
+    // An admin's new password for someone ends their sessions; so does
+    // the command line's (`tollgate user set-password`).
+    let fresh = "a password set for bo";
+    let r = admin
+        .browser
+        .post(format!("{}/admin/users/{}/password", s.base, bo.user.id))
+        .header("Origin", &s.base)
+        .form(&[("new_password", fresh), ("confirm_password", fresh)])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    let bo_again = signed_in_with(&s, "bo@example.com", fresh).await;
+    assert_eq!(me(bo_again.clone()).await, StatusCode::OK);
+    let by_hand = "a password from the shell";
+    let out = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args(["user", "set-password", "--email", "bo@example.com"])
+        .env("TOLLGATE_DATABASE_URL", &db.url)
+        .env("TOLLGATE_STORAGE", db.dir.join("objects"))
+        .env("TOLLGATE_LOG", "warn")
+        .env("TOLLGATE_PASSWORD", by_hand)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("bo@example.com"));
+    assert_eq!(me(bo_again).await, StatusCode::UNAUTHORIZED, "ended");
+    signed_in_with(&s, "bo@example.com", by_hand).await;
+    // Too short, or nobody by that email: said, and nothing changed.
+    for (email, password) in [
+        ("bo@example.com", "short"),
+        ("nobody@example.com", "long enough password"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+            .args(["user", "set-password", "--email", email])
+            .env("TOLLGATE_DATABASE_URL", &db.url)
+            .env("TOLLGATE_STORAGE", db.dir.join("objects"))
+            .env("TOLLGATE_LOG", "warn")
+            .env("TOLLGATE_PASSWORD", password)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{out:?}");
+        assert!(!out.stderr.is_empty());
+    }
+    signed_in_with(&s, "bo@example.com", by_hand).await;
 
     // A client that never finishes its request head is dropped.
     use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -138,13 +138,18 @@ test.describe.serial('foundation', () => {
     expect(post.status()).toBe(403);
   });
 
-  test('a token made on the Account page works against /v1', async ({ page, playwright, baseURL }) => {
+  test('a token made on the Account page works against /v1', async ({ page, context, playwright, baseURL }) => {
+    await context.grantPermissions(['clipboard-read', 'clipboard-write'], { origin: baseURL });
     await signIn(page, USER);
     await page.goto('/account');
     await page.getByLabel('Token name').fill('render farm');
     await page.getByRole('button', { name: 'Create token' }).click();
     const secret = (await page.locator('#new-secret').textContent()).trim();
     expect(secret).toMatch(/^tg_[A-Za-z0-9_-]{40,}$/);
+    // One click copies it.
+    await page.getByTestId('copy').click();
+    await expect(page.getByTestId('copy')).toHaveText('Copied');
+    expect(await page.evaluate(() => navigator.clipboard.readText())).toBe(secret);
     await expect(page.getByTestId('tokens')).toContainText('render farm');
     await shot(page, '06-account-token');
 

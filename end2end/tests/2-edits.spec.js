@@ -70,7 +70,7 @@ test.describe.serial('charge once', () => {
     await expect(page.getByTestId('job-status')).toContainText('Done', { timeout: 30_000 });
     await expect(page.getByTestId('result-image')).toBeVisible();
     await expect(page.getByTestId('review')).toContainText('Review passed');
-    await expect(page.getByTestId('attempts')).toContainText('derived');
+    await expect(page.getByTestId('attempts')).toContainText('by the price list');
     await shot(page, '12-edit-detail');
 
     await page.goto('/edits');

@@ -31,9 +31,9 @@ test('a call whose answer was lost parks the job for a reviewer', async ({ page,
 
   await page.goto(`/edits/${job.id}`);
   await expect(page.getByTestId('job-status')).toContainText('Needs review', { timeout: 30_000 });
-  await expect(page.getByTestId('parked')).toContainText('submission uncertain');
+  await expect(page.getByTestId('parked-facts')).toContainText('Submission uncertain');
   await expect(page.getByTestId('parked')).toContainText('Nothing more is spent');
-  await expect(page.getByTestId('attempts')).toContainText('submitting');
+  await expect(page.getByTestId('attempts')).toContainText('sending');
   await expect(page.getByTestId('timeline')).toContainText(/parked/i);
   await shot(page, '18-parked');
 

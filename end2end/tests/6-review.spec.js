@@ -46,8 +46,13 @@ test.describe.serial('review', () => {
     jobId = (await r.json()).id;
     await page.goto(`/edits/${jobId}`);
     await expect(page.getByTestId('job-status')).toContainText('Needs review', { timeout: 30_000 });
-    await expect(page.getByTestId('parked')).toContainText('Waiting for a reviewer');
+    await expect(page.getByTestId('parked')).toContainText('Waiting for a person to check it');
+    await expect(page.getByTestId('parked')).toContainText('lost its answer');
     await expect(page.getByTestId('parked')).toContainText('Nothing more is spent');
+    // The owner reads one status in words: no stage names, holds or provider ids.
+    await expect(page.getByTestId('parked-facts')).toHaveCount(0);
+    await expect(page.getByTestId('parked')).not.toContainText('Budget held');
+    await expect(page.getByTestId('timeline')).toHaveCount(0);
     await shot(page, '40-edit-waiting-for-review');
   });
 

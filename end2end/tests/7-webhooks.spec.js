@@ -95,7 +95,9 @@ test.describe.serial('webhooks', () => {
     const add = page.getByTestId('add-endpoint');
     await add.getByLabel('Endpoint URL').fill('https://169.254.169.254/latest/meta-data');
     await add.getByRole('button', { name: 'Add endpoint' }).click();
-    await expect(page.getByRole('alert')).toContainText('169.254.169.254');
+    // The error sits beside the form, and what was typed is still there.
+    await expect(add.getByTestId('endpoint-error')).toContainText('169.254.169.254');
+    await expect(add.getByLabel('Endpoint URL')).toHaveValue('https://169.254.169.254/latest/meta-data');
     await expect(page.getByTestId('endpoint-row')).toHaveCount(1);
   });
 

@@ -60,6 +60,9 @@ test.describe.serial('repairs', () => {
     await expect(page.getByTestId('story')).toContainText('Ordered');
     await expect(page.getByTestId('story')).toContainText('Checked the photo');
     await expect(page.getByTestId('story')).toContainText('Sent to the model');
+    // In the order it happened: the look came before the paid call.
+    const story = await page.getByTestId('story').innerText();
+    expect(story.indexOf('Checked the photo')).toBeLessThan(story.indexOf('Sent to the model'));
     await expect(page.getByTestId('timeline')).toHaveCount(0);
     const lineage = page.getByTestId('lineage');
     await expect(lineage.getByTestId('version')).toHaveCount(1);
@@ -104,6 +107,18 @@ test.describe.serial('repairs', () => {
     expect(l.delivered).toBe(l.versions[1].job.id);
     expect(l.repairs_left).toBe(0);
     expect(l.versions[2].job.lineage.retained_previous).toBe(true);
+
+    // My edits shows the edit and its repairs as one card, with the version
+    // the person has now (issue 33, 6).
+    await page.goto('/edits');
+    const card = page.locator(`a[data-testid="job-card"][href="/edits/${original.id}"]`);
+    await expect(card).toHaveCount(1);
+    await expect(card.getByTestId('card-meta')).toContainText('2 repairs');
+    await expect(card.locator('img')).toHaveAttribute('src', `/v1/jobs/${l.delivered}/output`);
+    for (const v of l.versions.slice(1)) {
+      await expect(page.locator(`a[data-testid="job-card"][href="/edits/${v.job.id}"]`)).toHaveCount(0);
+    }
+    await shot(page, '42-edits-one-card-per-lineage');
   });
 
   test('a real photo with no pet in it stops before paying, with questions, and can be ordered again changed', async ({ page }) => {

@@ -32,7 +32,7 @@ use crate::model::{
     ReviewAction, StoredOutput, Usd,
 };
 use crate::providers::{
-    Cost, ErrorClass, Finished, Input, Lookup, Poll, Provider, ProviderError, Submission,
+    local, Cost, ErrorClass, Finished, Input, Lookup, Poll, Provider, ProviderError, Submission,
 };
 use crate::storage::{NewObjectMeta, ObjectKey, PutOutcome};
 use crate::store::{
@@ -87,6 +87,14 @@ enum Attempted {
     /// Recorded as uncertain; the model's policy is to refund.
     UncertainRefund(String),
     Released,
+}
+
+/// Why a fetched output is not delivered.
+enum Unusable {
+    /// Not an image or clip we serve (what it claimed to be).
+    NotServed(String),
+    /// An image, but plainly not an edit of the photo (why, in words).
+    Broken(String),
 }
 
 pub fn output_key(job: crate::model::JobId) -> StoreResult<ObjectKey> {
@@ -481,8 +489,13 @@ impl Runner<'_, '_> {
                     // Untrusted bytes: stored only as what they really are,
                     // and only if that is an image or clip we serve.
                     let Some(content_type) = crate::model::sniff_output(&bytes) else {
-                        return Ok(self.invalid_output(a, &f, record, &claimed));
+                        let claimed: String = claimed.chars().take(100).collect();
+                        let why = Unusable::NotServed(claimed);
+                        return Ok(self.invalid_output(a, &f, record, why));
                     };
+                    if let Some(why) = self.broken_output(&bytes).await? {
+                        return Ok(self.invalid_output(a, &f, record, Unusable::Broken(why)));
+                    }
                     if let Some(op) = succeeded.take() {
                         self.run.defer(op);
                     }
@@ -529,25 +542,56 @@ impl Runner<'_, '_> {
         end(a.id, outcome)
     }
 
-    /// An output that is not an image or clip we serve: not stored, and
-    /// the attempt failed at what it cost.
+    /// An output we will not deliver: not stored, and the attempt failed
+    /// at what it cost (a provider failure: the job is refunded).
     fn invalid_output(
         &mut self,
         a: &Attempt,
         f: &Finished,
         record: bool,
-        claimed: &str,
+        why: Unusable,
     ) -> Generated {
-        let claimed: String = claimed.chars().take(100).collect();
-        let message = format!("the output is not an image or clip we serve (it said {claimed:?})");
+        let (recorded, told) = match why {
+            Unusable::NotServed(claimed) => (
+                format!("the output is not an image or clip we serve (it said {claimed:?})"),
+                format!("The provider returned something that is not an image or clip ({claimed:?}); it was not stored. Your credits were refunded."),
+            ),
+            Unusable::Broken(why) => (
+                format!("the output is plainly broken: {why}"),
+                format!("The model's result was not usable: {why}. It was not delivered, and your credits were refunded."),
+            ),
+        };
         if record {
-            let op = self.attempt_end(a, f, AttemptEnd::Failed, Some(("invalid_output", &message)));
+            let op = self.attempt_end(
+                a,
+                f,
+                AttemptEnd::Failed,
+                Some(("invalid_output", &recorded)),
+            );
             self.run.defer(op);
         }
-        failure(
-            "INVALID_OUTPUT",
-            format!("The provider returned something that is not an image or clip ({claimed:?}); it was not stored. Your credits were refunded."),
-        )
+        failure("INVALID_OUTPUT", told)
+    }
+
+    /// Issue 33, 2: an image edit's result that is plainly not an edit of
+    /// its photo (`local::sanity`). The photo read here is kept for the
+    /// review that follows.
+    async fn broken_output(&mut self, output: &[u8]) -> StoreResult<Option<String>> {
+        let JobRequest::ImageEdit(edit) = &self.run.job().request else {
+            return Ok(None);
+        };
+        let source = edit.source;
+        // A photo that is gone is the review's to report, not the model's fault.
+        let Some(photo) = self.run.asset_bytes(Some(source)).await? else {
+            return Ok(None);
+        };
+        self.run.keep_for_send(source, &photo);
+        let output = output.to_vec();
+        let size = photo.len() + output.len();
+        super::workflow::on_cpu(self.run.t, size, move || {
+            local::sanity::plainly_broken(&photo, &output)
+        })
+        .await
     }
 
     /// Keeps a fetched output at the job's key (put-if-absent): stored, or
@@ -1092,6 +1136,11 @@ impl Runner<'_, '_> {
             Attempted::Failed(e) => Some(e.clone()),
             _ => None,
         };
+        if let Some(e) = &failed {
+            // The class and the model, never the provider's message (it
+            // may echo the request).
+            tracing::warn!(job = %self.run.job().id, model = %spec.id, attempt = attempt_no, class = ?e.class, "a provider call failed");
+        }
         if let Some(done) = self.conclude(spec, &a, attempted).await? {
             return Ok(Tried::Settled(done));
         }

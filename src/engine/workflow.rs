@@ -40,7 +40,7 @@ const INLINE_BYTES_MAX: usize = 16 * 1024;
 /// Runs CPU work on the blocking pool (holding one of the node's decode
 /// slots, so large images are decoded a few at a time), or inline when its
 /// input is tiny.
-async fn on_cpu<T: Send + 'static>(
+pub(super) async fn on_cpu<T: Send + 'static>(
     t: &crate::Tollgate,
     input_bytes: usize,
     work: impl FnOnce() -> T + Send + 'static,
@@ -85,6 +85,7 @@ pub(super) async fn run(run: &mut Run<'_>) -> StoreResult<()> {
                 return Ok(());
             }
             Next::Park(parked) => {
+                tracing::warn!(job = %run.job().id, stage = parked.stage.as_str(), "job parked for a reviewer");
                 // The holds stay until a person decides (rule 12).
                 run.commit(vec![Op::Park(parked)]).await?;
                 return Ok(());

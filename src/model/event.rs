@@ -87,6 +87,9 @@ pub enum Happening {
     },
     /// The job's credits came back.
     Refunded {},
+    /// A repair's charge was given back as it was ordered: the version it
+    /// mends was one our review flagged (issue 33, 2).
+    Waived { credits: i64 },
     /// The job waits for a person (rule 12).
     Parked {
         stage: ParkedStage,
@@ -232,9 +235,128 @@ impl Happening {
     }
 }
 
+/// A timeline in the order things happened. The database writes a few
+/// entries of one commit in another order than they happened: the
+/// readiness finding goes in with the paid attempt it allowed, after that
+/// attempt's own entry, and a settlement's trigger fires before its
+/// attempt's end. Both are put back: the finding before the first paid
+/// attempt, each settlement after its attempt's end. Everything else keeps
+/// its stored order.
+pub fn in_order_of_happening<T>(events: Vec<T>, happening: impl Fn(&T) -> &Happening) -> Vec<T> {
+    let is_paid_attempt = |h: &Happening| {
+        matches!(
+            h,
+            Happening::Attempt {
+                purpose: Purpose::Generate,
+                ..
+            }
+        )
+    };
+    let is_readiness = |h: &Happening| matches!(h, Happening::Step(StepDone::Readiness(_)));
+    let ended = |h: &Happening, n: i32| matches!(h, Happening::AttemptEnded { attempt, .. } if *attempt == n);
+    let mut out: Vec<T> = Vec::with_capacity(events.len());
+    let mut first_paid: Option<usize> = None;
+    let mut rest = events
+        .into_iter()
+        .collect::<std::collections::VecDeque<_>>();
+    // Settlements waiting for their attempt's end, by attempt number.
+    let mut waiting: Vec<(i32, T)> = Vec::new();
+    while let Some(e) = rest.pop_front() {
+        let h = happening(&e);
+        if let (true, Some(at)) = (is_readiness(h), first_paid) {
+            out.insert(at, e);
+            first_paid = Some(at + 1);
+            continue;
+        }
+        if let Happening::Settled { attempt, .. } = h {
+            let n = *attempt;
+            if rest.iter().any(|later| ended(happening(later), n)) {
+                waiting.push((n, e));
+                continue;
+            }
+        }
+        if first_paid.is_none() && is_paid_attempt(h) {
+            first_paid = Some(out.len());
+        }
+        let ended_n = match h {
+            Happening::AttemptEnded { attempt, .. } => Some(*attempt),
+            _ => None,
+        };
+        out.push(e);
+        if let Some(n) = ended_n {
+            while let Some(i) = waiting.iter().position(|(w, _)| *w == n) {
+                out.push(waiting.remove(i).1);
+            }
+        }
+    }
+    out.extend(waiting.into_iter().map(|(_, e)| e));
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_timeline_reads_in_the_order_things_happened() {
+        let attempt = |purpose| Happening::Attempt {
+            attempt: 1,
+            purpose,
+            provider: "p".into(),
+            model: "m".into(),
+            day: None,
+            hold_usd: None,
+        };
+        let readiness = Happening::Step(StepDone::Readiness(Readiness {
+            region_fraction: 0.2,
+            observation: None,
+        }));
+        let settled = Happening::Settled {
+            attempt: 1,
+            usd: Usd::ZERO,
+            priced: true,
+        };
+        let ended = Happening::AttemptEnded {
+            attempt: 1,
+            state: AttemptState::Succeeded,
+            error_class: None,
+            usd: None,
+            priced: true,
+        };
+        let created = Happening::Created {
+            credits: 3,
+            estimated_usd: None,
+        };
+        let claimed = Happening::Claimed {
+            worker: None,
+            token: 1,
+        };
+        let stored = vec![
+            created.clone(),
+            claimed.clone(),
+            attempt(Purpose::Generate),
+            readiness.clone(),
+            settled.clone(),
+            ended.clone(),
+            Happening::Succeeded {},
+        ];
+        let read = in_order_of_happening(stored, |h| h);
+        assert_eq!(
+            read,
+            vec![
+                created,
+                claimed,
+                readiness.clone(),
+                attempt(Purpose::Generate),
+                ended,
+                settled,
+                Happening::Succeeded {}
+            ]
+        );
+        // A checker's attempt comes before its finding, and stays there.
+        let checked = vec![attempt(Purpose::Readiness), readiness.clone()];
+        assert_eq!(in_order_of_happening(checked.clone(), |h| h), checked);
+    }
     use serde_json::json;
 
     fn round_trip(kind: &str, detail: Value) -> Happening {

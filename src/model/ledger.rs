@@ -17,6 +17,16 @@ pub enum LedgerKind {
     Adjustment,
 }
 
+/// The job a ledger entry charged or refunded, read from its reference
+/// (`debit:job:<id>`, `refund:job:<id>`); `None` for a grant.
+pub fn job_of_reference(reference: &str) -> Option<super::JobId> {
+    reference
+        .strip_prefix("debit:job:")
+        .or_else(|| reference.strip_prefix("refund:job:"))?
+        .parse()
+        .ok()
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("unknown ledger kind {0:?}")]
 pub struct UnknownLedgerKind(pub String);

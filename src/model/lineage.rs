@@ -3,7 +3,7 @@
 //! comparison can conclude, and what a lineage's state allows next. Pure,
 //! so a page can check an instruction with the server's own function.
 
-use super::{FieldErrors, JobId};
+use super::{FieldErrors, JobId, Review, Verdict};
 use serde::{Deserialize, Serialize};
 
 /// Repairs one lineage may take.
@@ -127,6 +127,16 @@ impl LineageState {
     }
 }
 
+/// Whether a repair is on the studio (issue 33, 2). A version whose review
+/// found issues is repaired once at no charge: nobody should pay again to
+/// mend a result we flagged ourselves. Once such a free repair is live
+/// (queued, running, parked or done: a failed or cancelled one does not
+/// count), or when the review passed or could not run, a repair is charged
+/// like its parent.
+pub fn repair_is_free(version_review: Option<&Review>, free_repair_live: bool) -> bool {
+    version_review.is_some_and(|r| r.verdict == Verdict::Issues) && !free_repair_live
+}
+
 /// Parses a repair body: `{"instruction": "..."}` and nothing else (any
 /// other field would change the frozen settings).
 pub fn parse_repair(body: &serde_json::Value) -> Result<String, FieldErrors> {
@@ -219,6 +229,21 @@ pub fn direction(instruction: &str) -> Direction {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_flagged_version_is_repaired_once_for_free() {
+        let review = |verdict| Review {
+            verdict,
+            notes: String::new(),
+        };
+        let issues = review(Verdict::Issues);
+        assert!(repair_is_free(Some(&issues), false));
+        assert!(!repair_is_free(Some(&issues), true));
+        for other in [Verdict::Passed, Verdict::NotVerified] {
+            assert!(!repair_is_free(Some(&review(other)), false));
+        }
+        assert!(!repair_is_free(None, false));
+    }
 
     #[test]
     fn a_repair_body_is_an_instruction_and_nothing_else() {

@@ -29,7 +29,7 @@ pub use catalogue::{
 };
 pub use credits::{Credits, CreditsError};
 pub use email::{Email, EmailError};
-pub use event::{DecisionNote, GeneratedNote, Happening, StepDone};
+pub use event::{in_order_of_happening, DecisionNote, GeneratedNote, Happening, StepDone};
 pub use ids::{
     ApiTokenId, AssetId, AttemptId, DecisionId, DeliveryId, JobId, LedgerEntryId, ParkedId, UserId,
     WebhookEndpointId,
@@ -38,10 +38,10 @@ pub use job::{
     parse_request, quote, FieldErrors, ImageEdit, JobKind, JobRequest, JobStatus, Quote,
     RawImageEdit, RawTarget, RawVideo, Target, Video,
 };
-pub use ledger::{LedgerKind, UnknownLedgerKind};
+pub use ledger::{job_of_reference, LedgerKind, UnknownLedgerKind};
 pub use lineage::{
-    direction, parse_repair, CompareOutcome, Comparison, Direction, LineageEffect, LineageState,
-    RepairRefusal, INSTRUCTION_LEN_MAX, REPAIRS_MAX,
+    direction, parse_repair, repair_is_free, CompareOutcome, Comparison, Direction, LineageEffect,
+    LineageState, RepairRefusal, INSTRUCTION_LEN_MAX, REPAIRS_MAX,
 };
 pub use media::{served_content_type, sniff_output};
 pub use money::{Usd, UsdError, USD_SCALE};

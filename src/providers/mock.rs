@@ -51,6 +51,9 @@ pub enum Behaviour {
     HtmlOutput,
     /// Succeeds, but its output URL names another host (169.254.169.254).
     ForeignOutput,
+    /// Succeeds, but its output is a 16×16 image of one colour: a broken
+    /// result, whatever the photo.
+    TinyOutput,
 }
 
 /// What the next `GET /v1/predictions/{id}` answers.
@@ -105,6 +108,8 @@ struct Prediction {
     cancelled: bool,
     /// A check's answer, its output once it succeeds.
     answer: Option<Value>,
+    /// The size of the image it answers with: the input photo's shape.
+    shape: (u32, u32),
 }
 
 #[derive(Default)]
@@ -296,7 +301,9 @@ async fn create(
     if let Some(refused) = refusal(behaviour).await {
         return refused;
     }
-    let (json, created) = record_prediction(&m, key, body.model, behaviour, answer, is_check);
+    let shape = output_shape(&body.input);
+    let (json, created) =
+        record_prediction(&m, key, body.model, (behaviour, answer, shape), is_check);
     if created && behaviour == Behaviour::AcceptThenDrop {
         // Paid, and then no answer at all: the uncertain case.
         std::panic::panic_any(DropConnection);
@@ -363,8 +370,7 @@ fn record_prediction(
     m: &MockProvider,
     key: Option<String>,
     model: String,
-    behaviour: Behaviour,
-    answer: Option<Value>,
+    (behaviour, answer, shape): (Behaviour, Option<Value>, (u32, u32)),
     is_check: bool,
 ) -> (Value, bool) {
     let mut book = m.book();
@@ -384,6 +390,7 @@ fn record_prediction(
         created: Instant::now(),
         cancelled: false,
         answer,
+        shape,
     };
     if is_check {
         book.paid_checks += 1;
@@ -473,7 +480,34 @@ async fn lookup(State(m): State<MockProvider>, Query(q): Query<LookupQuery>) -> 
     }
 }
 
-/// A small PNG standing in for a generated image.
+/// Longest side of the mock's output images.
+const OUTPUT_SIDE: u32 = 256;
+
+/// The output's size: the input photo's shape at `OUTPUT_SIDE` on its
+/// long side (as a model answers at its own size), or 4:3 without one.
+fn output_shape(input: &Value) -> (u32, u32) {
+    let photo = input["image"]
+        .as_str()
+        .and_then(|uri| uri.split_once(";base64,"))
+        .and_then(|(_, b64)| {
+            use base64::Engine;
+            base64::engine::general_purpose::STANDARD.decode(b64).ok()
+        });
+    let size = photo.and_then(|bytes| {
+        image::ImageReader::new(std::io::Cursor::new(bytes))
+            .with_guessed_format()
+            .ok()?
+            .into_dimensions()
+            .ok()
+    });
+    let (w, h) = size.filter(|&(w, h)| w > 0 && h > 0).unwrap_or((4, 3));
+    let long = f64::from(w.max(h));
+    let side = |v: u32| ((f64::from(v) * f64::from(OUTPUT_SIDE) / long).round() as u32).max(1);
+    (side(w), side(h))
+}
+
+/// An image standing in for a generated one: the photo's shape, a
+/// gradient tinted by the prediction's id (so outputs differ).
 async fn output(State(m): State<MockProvider>, Path(file): Path<String>) -> Response {
     if file.ends_with(".html") {
         // What a hostile provider might answer: a page that would run on
@@ -485,17 +519,30 @@ async fn output(State(m): State<MockProvider>, Path(file): Path<String>) -> Resp
             .into_response();
     }
     let id = file.strip_suffix(".png").unwrap_or(&file).to_string();
-    let known = {
+    let shape = {
         let book = m.book();
         book.by_id
             .get(&id)
-            .map(|i| m.status_of(&book.predictions[*i]) == "succeeded")
+            .map(|i| &book.predictions[*i])
+            .filter(|p| m.status_of(p) == "succeeded")
+            .map(|p| (p.shape, p.behaviour))
     };
-    if known != Some(true) {
+    let Some(((w, h), behaviour)) = shape else {
         return error(StatusCode::NOT_FOUND, "not_found", "no such output");
-    }
+    };
     let shade = id.bytes().fold(0u8, |a, b| a.wrapping_add(b));
-    let img = image::RgbImage::from_pixel(16, 16, image::Rgb([shade, 128, 255 - shade]));
+    let img = if behaviour == Behaviour::TinyOutput {
+        image::RgbImage::from_pixel(16, 16, image::Rgb([shade, 128, 255 - shade]))
+    } else {
+        image::RgbImage::from_fn(w, h, |x, y| {
+            let (fx, fy) = (x * 255 / w.max(1), y * 255 / h.max(1));
+            image::Rgb([
+                shade ^ fx as u8,
+                128u8.wrapping_add(fy as u8 / 2),
+                255 - shade,
+            ])
+        })
+    };
     let mut out = std::io::Cursor::new(Vec::new());
     if img.write_to(&mut out, image::ImageFormat::Png).is_err() {
         return error(

@@ -16,10 +16,11 @@ pub use postgres::PgDoorbell;
 pub use records::{
     ApiToken, Applied, Asset, Attempt, AttemptCursor, AttemptFilter, AttemptListed, AttemptOutcome,
     BudgetChange, BudgetChangeKind, BudgetChangeListed, BudgetDay, Claim, Decided, Decision,
-    Exposure, Finish, Hold, Job, JobCursor, JobEvent, JobFilter, LedgerEntry, MetricsSnapshot,
-    NewApiToken, NewAsset, NewAttempt, NewDecision, NewJob, NewLedgerEntry, NewParked, NewRepair,
-    NewUser, Op, Parked, ParkedCount, ParkedCursor, ParkedFilter, ParkedSort, ParkedStage, Purpose,
-    Recovery, Remedy, Seek, SpendRow, Spender, Submitted, Unit, User,
+    Exposure, Finish, Hold, Job, JobCursor, JobEvent, JobFilter, LedgerCursor, LedgerEntry,
+    LedgerFilter, MetricsSnapshot, NewApiToken, NewAsset, NewAttempt, NewDecision, NewJob,
+    NewLedgerEntry, NewParked, NewRepair, NewUser, Op, Parked, ParkedCount, ParkedCursor,
+    ParkedFilter, ParkedSort, ParkedStage, Purpose, Recovery, Remedy, Seek, SpendRow, Spender,
+    Submitted, Unit, User,
 };
 pub use records::{
     ClaimedDelivery, Delivery, DeliveryCursor, DeliveryFilter, DeliveryOutcome, NewWebhookEndpoint,
@@ -402,6 +403,16 @@ impl Store {
         dispatch!(self, s => s.ledger_for_user(user, limit).await)
     }
 
+    /// A page of a user's entries, newest first, from a position either way.
+    pub async fn list_ledger(&self, filter: &LedgerFilter) -> StoreResult<Vec<LedgerEntry>> {
+        dispatch!(self, s => s.list_ledger(filter).await)
+    }
+
+    /// How many entries `filter` matches, ignoring its limit.
+    pub async fn count_ledger(&self, filter: &LedgerFilter) -> StoreResult<i64> {
+        dispatch!(self, s => s.count_ledger(filter).await)
+    }
+
     /// The entry with this reference, if any.
     pub async fn ledger_entry(&self, reference: &str) -> StoreResult<Option<LedgerEntry>> {
         dispatch!(self, s => s.ledger_entry(reference).await)
@@ -475,6 +486,19 @@ impl Store {
     /// that position in the list.
     pub async fn count_jobs(&self, filter: &JobFilter) -> StoreResult<i64> {
         dispatch!(self, s => s.count_jobs(filter).await)
+    }
+
+    /// How many jobs are in each status (of one user, or everyone's).
+    pub async fn count_jobs_by_status(
+        &self,
+        user: Option<UserId>,
+    ) -> StoreResult<Vec<(crate::model::JobStatus, u64)>> {
+        dispatch!(self, s => s.count_jobs_by_status(user).await)
+    }
+
+    /// The jobs ordered under an idempotency key, newest first.
+    pub async fn jobs_under_key(&self, key: &str) -> StoreResult<Vec<Job>> {
+        dispatch!(self, s => s.jobs_under_key(key).await)
     }
 
     /// Rule 9: cancels only a job that is not terminal, and in the same
@@ -773,6 +797,17 @@ impl Store {
 
     pub async fn attempts(&self, job: JobId) -> StoreResult<Vec<Attempt>> {
         dispatch!(self, s => s.attempts(job).await)
+    }
+
+    /// Whether the next repair of `version` would be on the studio
+    /// (`model::repair_is_free`), as `submit_repair` will judge it.
+    pub async fn repair_is_free(&self, version: JobId) -> StoreResult<bool> {
+        dispatch!(self, s => s.repair_is_free(version).await)
+    }
+
+    /// The jobs with these ids (a page of ledger entries names them).
+    pub async fn jobs_of(&self, ids: &[JobId]) -> StoreResult<Vec<Job>> {
+        dispatch!(self, s => s.jobs_of(ids).await)
     }
 
     /// The attempts of many jobs in one query (a page of the job list).

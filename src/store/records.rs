@@ -254,12 +254,29 @@ pub struct JobCursor {
     pub id: JobId,
 }
 
+/// A ledger entry's place in a person's newest-first history.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LedgerCursor {
+    pub created_at: DateTime<Utc>,
+    pub id: LedgerEntryId,
+}
+
+/// A page of one person's ledger, newest first.
+#[derive(Clone, Debug)]
+pub struct LedgerFilter {
+    pub user_id: UserId,
+    pub seek: Option<Seek<LedgerCursor>>,
+    pub limit: i64,
+}
+
 #[derive(Clone, Debug, Default)]
 pub struct JobFilter {
     pub user_id: Option<UserId>,
     pub status: Option<JobStatus>,
     pub seek: Option<Seek<JobCursor>>,
     pub limit: i64,
+    /// Only jobs that start a lineage (no repairs).
+    pub roots_only: bool,
 }
 
 /// A job a worker holds: the job and the fencing token its writes must name.

@@ -161,6 +161,42 @@ impl Tollgate {
         Ok(now)
     }
 
+    /// Sets someone's password for them: an admin on the Users page
+    /// (`actor`), or the operator at the command line (`None`). Every
+    /// session they had ends; their API tokens stay (a forgotten password
+    /// is not a leaked token: disable them or revoke those for that). An
+    /// admin changes their own password on the Account page, with the
+    /// current one.
+    pub async fn set_password(
+        &self,
+        actor: Option<&User>,
+        target: UserId,
+        new: &str,
+        confirm: &str,
+    ) -> Result<User> {
+        if let Some(actor) = actor {
+            if actor.role != Role::Admin {
+                return Err(Error::Forbidden);
+            }
+            if actor.id == target {
+                return Err(Error::Conflict {
+                    code: "USE_ACCOUNT_PAGE",
+                    message: "change your own password on your Account page, with your current one"
+                        .into(),
+                });
+            }
+        }
+        let user = self.user(target).await?;
+        let new = Password::confirmed(new, confirm)
+            .map_err(|e| Error::invalid("new_password", e.to_string()))?;
+        let hash = hash_password(new.expose()).await?;
+        self.store()
+            .set_password_hash(target, &hash, chrono::Utc::now())
+            .await?;
+        tracing::info!(user = %user.id, by = ?actor.map(|a| a.id.to_string()), "password set; the user's sessions ended");
+        Ok(user)
+    }
+
     /// Creates an API token; the secret is returned here and never again.
     pub async fn create_api_token(&self, user: &User, name: &str) -> Result<(ApiToken, String)> {
         let name = name.trim();

@@ -54,6 +54,15 @@ impl Tollgate {
         Ok((share, uses))
     }
 
+    /// Whether an order placed now would be refused for money the studio
+    /// will not spend today: the day is halted, or its cap is used or held
+    /// to the end. Told before a person orders (issue 33, 8); the budget's
+    /// figures and the admin's reason stay the studio's.
+    pub async fn spending_paused_now(&self) -> Result<bool> {
+        let day = self.budget(chrono::Utc::now().date_naive()).await?;
+        Ok(day.halted || day.used_usd.plus(day.reserved_usd) >= day.cap_usd)
+    }
+
     pub async fn budget(&self, day: NaiveDate) -> Result<BudgetDay> {
         Ok(self
             .store()

@@ -5,7 +5,7 @@
 
 use crate::model::{
     parse_request, quote, Happening, JobId, JobKind, JobRequest, JobStatus, LineageState, Quote,
-    Role,
+    Role, UserId,
 };
 use crate::store::{
     Attempt, Job, JobCursor, JobEvent, JobFilter, NewJob, Seek, StoreError, Submitted, User,
@@ -30,6 +30,20 @@ pub enum Whose {
     Own,
     /// Every user's: admins only.
     Everyone,
+    /// One user's: admins only (the Jobs page's filter by person).
+    Of(UserId),
+}
+
+impl Whose {
+    /// The store's filter for `viewer`; `None` when only an admin may ask.
+    fn user_id(self, viewer: &User) -> Option<Option<UserId>> {
+        match self {
+            Whose::Own => Some(Some(viewer.id)),
+            _ if !viewer.role.allows(Role::Admin) => None,
+            Whose::Everyone => Some(None),
+            Whose::Of(u) => Some(Some(u)),
+        }
+    }
 }
 
 /// A list of jobs as asked for, parsed once at the edge.
@@ -42,6 +56,9 @@ pub struct JobQuery {
     /// Also count where the page sits ("51–100 of 116"): two more reads,
     /// which pages want and API clients do not pay for.
     pub counted: bool,
+    /// One row per lineage: first edits and videos, not repairs (which a
+    /// page reads through their lineage). The API lists every job.
+    pub lineages_as_one: bool,
 }
 
 impl JobQuery {
@@ -70,6 +87,7 @@ impl JobQuery {
             seek: cursor::decode_opt(cursor)?,
             whose: Whose::Own,
             counted: false,
+            lineages_as_one: false,
         })
     }
 }
@@ -272,14 +290,13 @@ impl Tollgate {
     /// The viewer's jobs (every job, for an admin asking for everyone's),
     /// newest first, a page at a time.
     pub async fn list_jobs(&self, viewer: &User, q: &JobQuery) -> Result<Page<Job>> {
-        if q.whose == Whose::Everyone && !viewer.role.allows(Role::Admin) {
-            return Err(Error::Forbidden);
-        }
+        let user_id = q.whose.user_id(viewer).ok_or(Error::Forbidden)?;
         let filter = JobFilter {
-            user_id: (q.whose == Whose::Own).then_some(viewer.id),
+            user_id,
             status: q.status,
             seek: q.seek,
             limit: q.limit + 1,
+            roots_only: q.lineages_as_one,
         };
         let jobs = self.store().list_jobs(&filter).await?;
         let mut page = Page::of(jobs, q.limit as usize, q.seek, |j| JobCursor {
@@ -290,6 +307,23 @@ impl Tollgate {
             page.place = Some(self.place_of_jobs(filter, &page).await?);
         }
         Ok(page)
+    }
+
+    /// How many jobs there are in each status, of `whose` (the Jobs page's
+    /// tabs); a status with none is left out.
+    pub async fn job_counts(&self, viewer: &User, whose: Whose) -> Result<Vec<(JobStatus, u64)>> {
+        let user_id = whose.user_id(viewer).ok_or(Error::Forbidden)?;
+        Ok(self.store().count_jobs_by_status(user_id).await?)
+    }
+
+    /// Every job ordered under an idempotency key, whoever ordered it (an
+    /// admin's search): keys are each person's own, so one key may name
+    /// several people's jobs.
+    pub async fn jobs_under_key(&self, viewer: &User, key: &str) -> Result<Vec<Job>> {
+        if !viewer.role.allows(Role::Admin) {
+            return Err(Error::Forbidden);
+        }
+        Ok(self.store().jobs_under_key(key).await?)
     }
 
     /// Where a page of jobs sits: the jobs newer than its first, of all.
@@ -434,6 +468,7 @@ impl Tollgate {
     pub async fn job_events(&self, viewer: &User, id: JobId) -> Result<Vec<JobEvent>> {
         self.visible_job(viewer, id).await?;
         let events = self.store().job_events(id).await?;
+        let events = crate::model::in_order_of_happening(events, |e| &e.happening);
         if viewer.role.allows(Role::Reviewer) {
             return Ok(events);
         }

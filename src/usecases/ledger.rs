@@ -2,8 +2,9 @@
 //! update, no delete, balance = sum) are enforced by the database triggers;
 //! this module only builds entries and names their references.
 
-use crate::model::{Credits, LedgerEntryId, LedgerKind, UserId};
-use crate::store::{LedgerEntry, NewLedgerEntry, User};
+use crate::model::{job_of_reference, Credits, LedgerEntryId, LedgerKind, UserId};
+use crate::store::{Job, LedgerCursor, LedgerEntry, LedgerFilter, NewLedgerEntry, Seek, User};
+use crate::usecases::cursor::{self, Page, Place, Position};
 use crate::usecases::error::{Error, Result};
 use crate::Tollgate;
 use chrono::Utc;
@@ -12,6 +13,50 @@ use chrono::Utc;
 pub const REASON_LEN_MAX: usize = 500;
 /// How many entries a credits view shows.
 pub const HISTORY_LEN_MAX: i64 = 200;
+
+/// A page of a person's history, newest first.
+#[derive(Clone, Copy, Debug)]
+pub struct LedgerQuery {
+    pub limit: i64,
+    pub seek: Option<Seek<LedgerCursor>>,
+}
+
+impl LedgerQuery {
+    pub fn parse(limit: i64, cursor: Option<&str>) -> Result<Self> {
+        if !(1..=HISTORY_LEN_MAX).contains(&limit) {
+            return Err(Error::invalid(
+                "limit",
+                format!("must be 1 to {HISTORY_LEN_MAX}"),
+            ));
+        }
+        Ok(LedgerQuery {
+            limit,
+            seek: cursor::decode_opt(cursor)?,
+        })
+    }
+}
+
+/// One line of a person's credits: the entry, and the job it charged or
+/// refunded, when it was one (so a page can name the edit).
+#[derive(Clone, Debug)]
+pub struct LedgerLine {
+    pub entry: LedgerEntry,
+    pub job: Option<Job>,
+}
+
+impl Position for LedgerCursor {
+    fn parts(&self) -> Vec<String> {
+        vec![cursor::time_part(self.created_at), self.id.to_string()]
+    }
+
+    fn read(parts: &[&str]) -> Option<Self> {
+        let [at, id] = parts else { return None };
+        Some(LedgerCursor {
+            created_at: cursor::read_time(at)?,
+            id: LedgerEntryId(id.parse().ok()?),
+        })
+    }
+}
 
 /// A balance and the entries behind it, newest first.
 #[derive(Clone, Debug, serde::Serialize)]
@@ -105,6 +150,46 @@ impl Tollgate {
                 Ok((existing, false))
             }
         }
+    }
+
+    /// A page of `viewer`'s own history, counted, each charge and refund
+    /// with its job (two reads for the page, whatever its length).
+    pub async fn ledger_page(&self, viewer: &User, q: &LedgerQuery) -> Result<Page<LedgerLine>> {
+        let mut filter = LedgerFilter {
+            user_id: viewer.id,
+            seek: q.seek,
+            limit: q.limit + 1,
+        };
+        let rows = self.store().list_ledger(&filter).await?;
+        let at = |e: &LedgerEntry| LedgerCursor {
+            created_at: e.created_at,
+            id: e.id,
+        };
+        let mut page = Page::of(rows, q.limit as usize, q.seek, at);
+        filter.seek = None;
+        let total = self.store().count_ledger(&filter).await?;
+        let before = match page.items.first() {
+            Some(first) => {
+                filter.seek = Some(Seek::Before(at(first)));
+                self.store().count_ledger(&filter).await?
+            }
+            None => 0,
+        };
+        page.place = Some(Place {
+            before: before as u64,
+            total: total as u64,
+        });
+        let ids: Vec<_> = page
+            .items
+            .iter()
+            .filter_map(|e| job_of_reference(&e.reference))
+            .collect();
+        let jobs = self.store().jobs_of(&ids).await?;
+        Ok(page.map(|entry| {
+            let id = job_of_reference(&entry.reference);
+            let job = jobs.iter().find(|j| Some(j.id) == id).cloned();
+            LedgerLine { entry, job }
+        }))
     }
 
     pub async fn credits(&self, user: &User) -> Result<CreditsView> {

@@ -255,7 +255,7 @@ impl Tollgate {
             record,
             attempts,
             decisions,
-            events,
+            events: crate::model::in_order_of_happening(events, |e| &e.happening),
         })
     }
 

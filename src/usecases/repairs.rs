@@ -1,6 +1,7 @@
 //! Repairs (rule 14), as a person asks for them: a new instruction on a
-//! succeeded edit, the settings frozen, charged like its parent and
-//! refunded if it fails, at most two per lineage, made on the version the
+//! succeeded edit, the settings frozen, charged like its parent (and the
+//! charge given back at once, the first time, when the version's review
+//! found issues) and refunded if it fails, at most two per lineage, made on the version the
 //! person has now; and the lineage they can follow.
 
 use crate::model::{parse_repair, quote, JobId, JobKind, JobStatus, LineageState};
@@ -92,6 +93,13 @@ impl Tollgate {
             .ok_or_else(|| Error::invalid("job", "a video has no lineage"))?;
         let versions = self.lineage_versions(&state).await?;
         Ok((state, versions))
+    }
+
+    /// Whether the lineage's next repair would be on the studio: its
+    /// delivered version's review found issues and no free repair of it
+    /// is live (`model::repair_is_free`, judged again when it is asked for).
+    pub async fn next_repair_is_free(&self, state: &LineageState) -> Result<bool> {
+        Ok(self.store().repair_is_free(state.delivered).await?)
     }
 
     /// Every version of a lineage, the first edit first. The caller has

@@ -29,7 +29,8 @@ pub struct LineageView {
     pub repairs_left: u32,
     /// Why no repair may be asked for, in words; `None` when one may.
     pub closed: Option<String>,
-    /// A repair costs what the original did.
+    /// What the next repair costs the person: what the first edit did, or
+    /// nothing (once) when the version's review found issues.
     pub repair_credits: i64,
     pub balance: i64,
     /// The repair form's idempotency key, made when the page was rendered.
@@ -66,6 +67,11 @@ pub(super) mod ssr {
             return Ok(None);
         };
         let versions = t.lineage_versions(&state).await?;
+        let repair_credits = if t.next_repair_is_free(&state).await? {
+            0
+        } else {
+            job.credits.get()
+        };
         let balance = t.user(viewer.id).await?.balance.get();
         let closed = closed_reason(&state, job, viewer);
         let mut n = 0;
@@ -76,7 +82,7 @@ pub(super) mod ssr {
                     n += 1;
                     format!("Repair {n}")
                 } else {
-                    "Original".to_string()
+                    "First edit".to_string()
                 };
                 VersionView {
                     id: v.id.to_string(),
@@ -101,7 +107,7 @@ pub(super) mod ssr {
             versions,
             repairs_left: state.repairs_left(),
             closed,
-            repair_credits: job.credits.get(),
+            repair_credits,
             balance,
             repair_key: uuid::Uuid::new_v4().to_string(),
             delivered_id: state.delivered.to_string(),
@@ -166,6 +172,10 @@ pub(super) mod ssr {
             Happening::Failed { code } => (failure_words(code.as_deref()), "bad"),
             Happening::Cancelled { .. } => ("Cancelled.".into(), "plain"),
             Happening::Refunded {} => ("Refunded: your credits are back.".into(), "ok"),
+            Happening::Waived { .. } => (
+                "On us: our check found issues with the version before, so this repair's credits came straight back.".into(),
+                "ok",
+            ),
             Happening::Parked { .. } => (
                 "Waiting for a person to check it; nothing more is spent meanwhile.".into(),
                 "warn",
@@ -231,6 +241,10 @@ pub(super) mod ssr {
             }
             Some("REPLACED_BY_NEW_ATTEMPT") => {
                 "Closed: a new attempt took its place, so this one stops here.".to_string()
+            }
+            Some("INVALID_OUTPUT") => {
+                "Stopped: the model's result was not usable, so it was not delivered; your credits are back."
+                    .to_string()
             }
             Some("SPENDING_PAUSED") => {
                 "Stopped: spending is paused today, so nothing was sent.".to_string()

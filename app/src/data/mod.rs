@@ -2,16 +2,22 @@
 //! function checks the caller's role through the engine's one guard and
 //! calls the engine; there is no SQL here.
 
+mod admin_jobs;
 mod edit;
 pub mod flash;
+mod parked;
 mod review;
 mod spend;
+mod timeline;
 mod webhooks;
 
+pub use admin_jobs::*;
 pub use edit::*;
 pub use flash::{Flash, FlashKind};
+pub use parked::{ParkedFacts, ParkedRow};
 pub use review::*;
 pub use spend::*;
+pub use timeline::EventRow;
 pub use webhooks::*;
 
 use leptos::prelude::*;
@@ -81,13 +87,18 @@ pub struct EntryRow {
     pub amount: i64,
     pub reference: String,
     pub reason: Option<String>,
+    /// The edit it charged or refunded: its id and what was ordered.
+    pub job: Option<(String, tollgate::model::JobRequest)>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct CreditsData {
     pub balance: i64,
-    pub entries: Vec<EntryRow>,
+    pub entries: Paged<EntryRow>,
 }
+
+/// Ledger entries a page on `/credits`.
+pub const CREDITS_PAGE: i64 = 50;
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct TokenRow {
@@ -115,7 +126,7 @@ mod ssr {
     use leptos::prelude::*;
     use tollgate::model::Role;
     use tollgate::usecases::auth::{Principal, ResolvedPrincipal};
-    pub use tollgate::usecases::jobs::{JobQuery, Whose};
+    pub use tollgate::usecases::jobs::JobQuery;
     use tollgate::Tollgate;
 
     pub fn engine() -> Result<Tollgate, ServerFnError> {
@@ -192,23 +203,24 @@ pub async fn setup_needed() -> Result<bool, ServerFnError> {
 }
 
 #[server]
-pub async fn my_credits() -> Result<CreditsData, ServerFnError> {
+pub async fn my_credits(cursor: Option<String>) -> Result<CreditsData, ServerFnError> {
     use ssr::*;
     let p = require(Role::User).await?;
-    let view = engine()?.credits(&p.user).await.map_err(fail)?;
+    let t = engine()?;
+    let q = tollgate::usecases::ledger::LedgerQuery::parse(CREDITS_PAGE, cursor.as_deref())
+        .map_err(fail)?;
+    let page = t.ledger_page(&p.user, &q).await.map_err(fail)?;
+    let balance = t.user(p.user.id).await.map_err(fail)?.balance.get();
     Ok(CreditsData {
-        balance: view.balance.get(),
-        entries: view
-            .entries
-            .into_iter()
-            .map(|e| EntryRow {
-                when: when(e.created_at),
-                kind: e.kind,
-                amount: e.amount.get(),
-                reference: e.reference,
-                reason: e.reason,
-            })
-            .collect(),
+        balance,
+        entries: paged(page, |line| EntryRow {
+            when: when(line.entry.created_at),
+            kind: line.entry.kind,
+            amount: line.entry.amount.get(),
+            reference: line.entry.reference,
+            reason: line.entry.reason,
+            job: line.job.map(|j| (j.id.to_string(), j.request)),
+        }),
     })
 }
 
@@ -265,8 +277,8 @@ pub struct JobRow {
     pub questions: Vec<String>,
     pub output_url: Option<String>,
     pub output_content_type: Option<String>,
-    /// (verdict, notes) of the review, when one ran.
-    pub review: Option<(String, String)>,
+    /// What the review after the call found, when one ran.
+    pub review: Option<tollgate::model::Review>,
     /// A repair's instruction.
     pub instruction: Option<String>,
     /// A finished repair that did not improve: `output_url` is the version
@@ -276,6 +288,10 @@ pub struct JobRow {
     /// this job: each page links to the other.
     pub replaces: Option<String>,
     pub replaced_by: Option<String>,
+    /// On a lineage's card (`/edits`): the version the person has now,
+    /// and how many repairs were asked for.
+    pub delivered_url: Option<String>,
+    pub repairs: u32,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -290,27 +306,6 @@ pub struct AttemptRow {
     /// None is unpriced (shown as such, never as zero).
     pub cost_usd: Option<String>,
     pub cost_source: Option<String>,
-}
-
-/// One entry of the detailed timeline (reviewers and admins), on the job's
-/// page and on its parked record's.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-pub struct EventRow {
-    pub kind: String,
-    pub when: String,
-    pub detail: String,
-}
-
-#[cfg(feature = "ssr")]
-impl EventRow {
-    pub fn of(e: &tollgate::store::JobEvent) -> EventRow {
-        let (kind, detail) = e.happening.to_stored();
-        EventRow {
-            kind,
-            when: e.created_at.format("%Y-%m-%d %H:%M:%S UTC").to_string(),
-            detail: describe(&detail),
-        }
-    }
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -329,60 +324,6 @@ pub struct JobDetail {
     pub kept: String,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-pub struct ParkedRow {
-    pub stage: String,
-    /// Still waiting (or being recovered); false once the job ended.
-    pub active: bool,
-    pub reason: String,
-    pub provider_job_id: Option<String>,
-    pub hold_usd: Option<String>,
-    pub since: String,
-    /// What a reviewer decided, in plain words.
-    pub decision: Option<String>,
-    /// The edit a reviewer's new attempt made in this one's place.
-    pub new_job: Option<String>,
-    /// Its owner cancelled it while it waited: refunded, and the record
-    /// stays only to settle what the provider may have charged.
-    pub cancelled: bool,
-}
-
-/// A reviewer's decision as the job's owner reads it.
-#[cfg(feature = "ssr")]
-fn decided_in_words(d: &tollgate::store::Decision, state: tollgate::model::ParkedState) -> String {
-    use tollgate::model::{ParkedState, RecoveryState, ReviewAction};
-    let when = ssr::when(d.decided_at);
-    let recovering = matches!(state, ParkedState::Decided | ParkedState::Recovering);
-    match d.action {
-        ReviewAction::Reconcile => format!(
-            "A reviewer found the provider's record of this request ({when}); the next step is being decided."
-        ),
-        ReviewAction::ResumePoll | ReviewAction::RetryDelivery => {
-            let what = if d.action == ReviewAction::ResumePoll {
-                "checking with the provider again"
-            } else {
-                "fetching the result again"
-            };
-            match d.recovery.as_ref().map(|r| r.state) {
-                _ if recovering => format!("A reviewer approved {what} ({when}); it is under way."),
-                Some(RecoveryState::Succeeded) => format!("A reviewer approved {what} ({when}), and it worked."),
-                _ => format!("A reviewer approved {what} ({when}), but it did not work out."),
-            }
-        }
-        ReviewAction::AcceptFailure => format!(
-            "A reviewer closed this edit as failed ({when}){}.",
-            if d.refund == Some(true) {
-                "; your credits were refunded"
-            } else {
-                "; the provider may have been paid, so the credits were kept"
-            }
-        ),
-        ReviewAction::NewAttempt => format!(
-            "A reviewer ordered a new attempt in this one's place ({when}); your credits moved to it."
-        ),
-    }
-}
-
 /// What the New edit page needs: the catalogue (so the island prices with
 /// the same `quote` the server charges with) and a fresh idempotency key.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -392,6 +333,9 @@ pub struct Composer {
     pub balance: i64,
     /// "Change and order again": an earlier edit's settings and photo.
     pub prefill: Option<Prefill>,
+    /// Today's spending is paused (halted, or the cap is used): an order
+    /// now would be refunded, so the page says so before the click.
+    pub spending_paused: bool,
 }
 
 /// The settings of an earlier edit, to start a new one from.
@@ -406,6 +350,18 @@ pub struct Prefill {
     pub strength: tollgate::model::Strength,
     /// The questions the earlier edit was stopped with.
     pub questions: Vec<String>,
+}
+
+impl JobRow {
+    /// Done, but its review found issues: shown as such, never as plain
+    /// "Done" (issue 33, 2).
+    pub fn flagged(&self) -> bool {
+        self.status == tollgate::model::JobStatus::Succeeded
+            && self
+                .review
+                .as_ref()
+                .is_some_and(|r| r.verdict == tollgate::model::Verdict::Issues)
+    }
 }
 
 #[cfg(feature = "ssr")]
@@ -431,15 +387,10 @@ fn job_row(j: tollgate::store::Job) -> JobRow {
         instruction: j.instruction.clone(),
         replaces: j.replaces.map(|id| id.to_string()),
         replaced_by: j.replaced_by.map(|id| id.to_string()),
+        delivered_url: None,
+        repairs: 0,
         output_content_type: j.output_content_type.clone(),
-        review: j.review.as_ref().map(|r| {
-            let verdict = match r.verdict {
-                tollgate::model::Verdict::Passed => "passed",
-                tollgate::model::Verdict::Issues => "issues",
-                tollgate::model::Verdict::NotVerified => "not_verified",
-            };
-            (verdict.to_string(), r.notes.clone())
-        }),
+        review: j.review.clone(),
         id: j.id.to_string(),
         kind: j.kind,
         status: j.status,
@@ -457,29 +408,6 @@ fn job_row(j: tollgate::store::Job) -> JobRow {
     }
 }
 
-/// An event's detail as "credits 3 · estimated usd 0.060000".
-#[cfg(feature = "ssr")]
-fn describe(detail: &serde_json::Value) -> String {
-    match detail.as_object() {
-        Some(o) => o
-            .iter()
-            .map(|(k, v)| {
-                let v = v
-                    .as_str()
-                    .map(str::to_string)
-                    .unwrap_or_else(|| v.to_string());
-                if k == "step" {
-                    v
-                } else {
-                    format!("{} {v}", k.replace('_', " "))
-                }
-            })
-            .collect::<Vec<_>>()
-            .join(" · "),
-        None => detail.to_string(),
-    }
-}
-
 /// Edits a page on `/edits`: four rows of the widest grid.
 pub const EDITS_PAGE: i64 = 24;
 /// Jobs a page on `/admin/jobs`.
@@ -491,8 +419,34 @@ pub async fn my_jobs(cursor: Option<String>) -> Result<Paged<JobRow>, ServerFnEr
     let p = require(Role::User).await?;
     let mut q = JobQuery::parse(None, Some(EDITS_PAGE), cursor.as_deref()).map_err(fail)?;
     q.counted = true;
-    let page = engine()?.list_jobs(&p.user, &q).await.map_err(fail)?;
-    Ok(paged(page, job_row))
+    // One card per edit and its repairs (issue 33, 6).
+    q.lineages_as_one = true;
+    let t = engine()?;
+    let tollgate::usecases::cursor::Page {
+        items,
+        next,
+        prev,
+        place,
+    } = t.list_jobs(&p.user, &q).await.map_err(fail)?;
+    let items = t.job_views(items).await.map_err(fail)?;
+    let page = tollgate::usecases::cursor::Page {
+        items,
+        next,
+        prev,
+        place,
+    };
+    Ok(paged(page, lineage_card))
+}
+
+/// A lineage's card: its first edit, showing the version the person has.
+#[cfg(feature = "ssr")]
+fn lineage_card(v: tollgate::usecases::jobs::JobView) -> JobRow {
+    let mut row = job_row(v.job);
+    if let (Some(l), tollgate::model::JobStatus::Succeeded) = (v.lineage, row.status) {
+        row.delivered_url = Some(format!("/v1/jobs/{}/output", l.delivered));
+        row.repairs = l.repairs_used;
+    }
+    row
 }
 
 #[server]
@@ -514,10 +468,12 @@ pub async fn load_job_detail(id: String) -> Result<JobDetail, ServerFnError> {
     // The newest record: waiting, being recovered, or what was decided.
     let record = t.parked_of_job(id).await.map_err(fail)?.into_iter().next();
     let parked = match record {
+        // A replaced job's page says so once, with the link (`Replacement`).
+        _ if job.replaced_by.is_some() => None,
         None => None,
         Some(p) => {
             let decision = t.decisions(p.id).await.map_err(fail)?.pop();
-            Some(parked_row(p, decision, job.status))
+            parked::parked_row(p, decision, job.status, detailed)
         }
     };
     let kept = kept_words(
@@ -529,7 +485,10 @@ pub async fn load_job_detail(id: String) -> Result<JobDetail, ServerFnError> {
         lineage,
         story,
         parked,
-        attempts: attempts.into_iter().map(attempt_row).collect(),
+        attempts: attempts
+            .into_iter()
+            .map(|a| attempt_row(a, detailed))
+            .collect(),
         job: job_row(job),
         events: events
             .into_iter()
@@ -539,38 +498,17 @@ pub async fn load_job_detail(id: String) -> Result<JobDetail, ServerFnError> {
     })
 }
 
-/// Why a job waits for a person, and what was decided, for its page.
 #[cfg(feature = "ssr")]
-fn parked_row(
-    p: tollgate::store::Parked,
-    decision: Option<tollgate::store::Decision>,
-    job_status: tollgate::model::JobStatus,
-) -> ParkedRow {
-    ParkedRow {
-        stage: p.stage.as_str().to_string(),
-        active: p.state.is_active(),
-        reason: p.evidence["reason"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string(),
-        provider_job_id: p.provider_job_id,
-        hold_usd: p.hold_usd.map(|h| h.to_string()),
-        since: p.created_at.format("%Y-%m-%d %H:%M:%S UTC").to_string(),
-        decision: decision.as_ref().map(|d| decided_in_words(d, p.state)),
-        new_job: decision.and_then(|d| d.new_job_id).map(|j| j.to_string()),
-        cancelled: job_status == tollgate::model::JobStatus::Cancelled,
-    }
-}
-
-#[cfg(feature = "ssr")]
-fn attempt_row(a: tollgate::store::Attempt) -> AttemptRow {
+/// An attempt for the job's page; the provider's id for the studio's
+/// staff only.
+fn attempt_row(a: tollgate::store::Attempt, staff: bool) -> AttemptRow {
     AttemptRow {
         provider: a.provider,
         model: a.model,
         attempt_no: a.attempt_no,
         state: a.state.as_str().to_string(),
         error_class: a.error_class,
-        provider_job_id: a.provider_job_id,
+        provider_job_id: a.provider_job_id.filter(|_| staff),
         duration_ms: a.duration_ms,
         cost_usd: a.cost_usd.map(|c| c.to_string()),
         cost_source: a.cost_source.map(|c| c.as_str().to_string()),
@@ -626,40 +564,8 @@ pub async fn load_composer(from: Option<String>) -> Result<Composer, ServerFnErr
         idempotency_key: format!("edit-{}", uuid::Uuid::new_v4()),
         balance: fresh.balance.get(),
         prefill,
+        spending_paused: t.spending_paused_now().await.map_err(fail)?,
     })
-}
-
-/// One row of the admin Jobs page.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-pub struct AdminJobRow {
-    pub job: JobRow,
-    pub owner: String,
-}
-
-#[server]
-pub async fn all_jobs(
-    status: Option<String>,
-    cursor: Option<String>,
-) -> Result<Paged<AdminJobRow>, ServerFnError> {
-    use ssr::*;
-    let p = require(Role::Admin).await?;
-    let t = engine()?;
-    let owners: std::collections::HashMap<_, _> = t
-        .list_users()
-        .await
-        .map_err(fail)?
-        .into_iter()
-        .map(|u| (u.id, u.email.to_string()))
-        .collect();
-    let mut q = JobQuery::parse(status.as_deref(), Some(ADMIN_JOBS_PAGE), cursor.as_deref())
-        .map_err(fail)?;
-    q.whose = Whose::Everyone;
-    q.counted = true;
-    let page = t.list_jobs(&p.user, &q).await.map_err(fail)?;
-    Ok(paged(page, |j| AdminJobRow {
-        owner: owners.get(&j.user_id).cloned().unwrap_or_default(),
-        job: job_row(j),
-    }))
 }
 
 /// The API reference, read from the OpenAPI document the engine generates

@@ -117,6 +117,35 @@ async fn mask_blob(canvas: &HtmlCanvasElement) -> Result<web_sys::Blob, String> 
 /// and write the same signals (the photo, the painted mask, the price and
 /// the upload and order states); the split is into child components that
 /// take those signals, which this session did not reach.
+/// Why an order cannot go through yet, in words that say what to do;
+/// `None` when it can. The most useful first: a photo, then the area,
+/// then money the person can do nothing about from here.
+fn order_blocker(
+    has_photo: bool,
+    unpainted_area: bool,
+    (balance, cost): (i64, i64),
+    spending_paused: bool,
+) -> Option<String> {
+    if !has_photo {
+        return Some("Upload a photo to order an edit.".into());
+    }
+    if unpainted_area {
+        return Some("Paint the area you want to change.".into());
+    }
+    if balance < cost {
+        return Some(format!(
+            "This edit costs {cost} credits and you have {balance}. Ask your admin for credits."
+        ));
+    }
+    if spending_paused {
+        return Some(
+            "Today's spending is paused, so edits cannot be ordered right now. Try again tomorrow, or ask your admin."
+                .into(),
+        );
+    }
+    None
+}
+
 #[island]
 pub fn EditComposer(composer: Composer) -> impl IntoView {
     let Composer {
@@ -124,6 +153,7 @@ pub fn EditComposer(composer: Composer) -> impl IntoView {
         idempotency_key,
         balance,
         prefill,
+        spending_paused,
     } = composer;
     let catalogue = StoredValue::new(catalogue);
     let key = StoredValue::new(idempotency_key);
@@ -176,6 +206,15 @@ pub fn EditComposer(composer: Composer) -> impl IntoView {
             webhook_url: None,
         });
         catalogue.with_value(|c| quote(c, &request))
+    });
+    // What would make an order fail, said before the click (issue 33, 8).
+    let blocker = Memo::new(move |_| {
+        order_blocker(
+            photo.with(Option::is_some),
+            target.get() == TargetKind::Area && strokes.get() == 0,
+            (balance, price.get().credits.get()),
+            spending_paused,
+        )
     });
 
     let upload = move |file: web_sys::File| {
@@ -349,15 +388,12 @@ pub fn EditComposer(composer: Composer) -> impl IntoView {
         if submitting.get_untracked() {
             return;
         }
-        let Some(p) = photo.get_untracked() else {
-            submit_error.set(Some("Upload a photo first.".into()));
+        // The button is off while something blocks the order; a form
+        // submitted anyway (Enter in a field) stops here, and says why.
+        let (Some(p), None) = (photo.get_untracked(), blocker.get_untracked()) else {
             return;
         };
         let kind = target.get_untracked();
-        if kind == TargetKind::Area && strokes.get_untracked() == 0 {
-            submit_error.set(Some("Paint the area you want to change.".into()));
-            return;
-        }
         submitting.set(true);
         submit_error.set(None);
         spawn_local(async move {
@@ -543,9 +579,10 @@ pub fn EditComposer(composer: Composer) -> impl IntoView {
                     <span class="price-credits" data-testid="price">{move || format!("{} credits", price.get().credits)}</span>
                     <span class="muted small">{move || format!("You have {balance}. Provider estimate ${}", price.get().estimated_usd)}</span>
                 </div>
+                {move || blocker.get().map(|b| view! { <p class="order-blocker" data-testid="order-blocker" role="status">{b}</p> })}
                 {move || submit_error.get().map(|e| view! { <div class="flash flash-error" role="alert"><p>{e}</p></div> })}
                 <button type="submit" class="btn btn-primary btn-large" data-testid="submit"
-                    disabled=move || submitting.get() || uploading.get()>
+                    disabled=move || submitting.get() || uploading.get() || blocker.get().is_some()>
                     {move || if submitting.get() { "Ordering…".to_string() } else { format!("Order for {} credits", price.get().credits) }}
                 </button>
             </div>

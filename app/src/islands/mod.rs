@@ -8,6 +8,40 @@ pub use result::{BeforeAfter, LiveStatus, VersionCompare};
 
 use leptos::prelude::*;
 
+/// A button that copies a secret shown once (a new token, a signing
+/// secret) to the clipboard, and says when it did.
+#[island]
+pub fn CopyButton(text: String) -> impl IntoView {
+    let (copied, set_copied) = signal(None::<bool>);
+    let copy = move |_| {
+        #[cfg(feature = "hydrate")]
+        {
+            let text = text.clone();
+            leptos::task::spawn_local(async move {
+                let done = match web_sys::window() {
+                    Some(w) => {
+                        let promise = w.navigator().clipboard().write_text(&text);
+                        wasm_bindgen_futures::JsFuture::from(promise).await.is_ok()
+                    }
+                    None => false,
+                };
+                set_copied.set(Some(done));
+            });
+        }
+        #[cfg(not(feature = "hydrate"))]
+        let _ = (&text, set_copied);
+    };
+    view! {
+        <button type="button" class="btn btn-ghost btn-small" data-testid="copy" on:click=copy>
+            {move || match copied.get() {
+                None => "Copy",
+                Some(true) => "Copied",
+                Some(false) => "Select and copy it by hand",
+            }}
+        </button>
+    }
+}
+
 /// A password input with a Show/Hide button. Without JavaScript it is a
 /// plain password input.
 #[island]

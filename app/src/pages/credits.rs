@@ -1,13 +1,19 @@
-//! Credits: the balance and the ledger behind it.
+//! Credits: the balance and the ledger behind it, a page at a time. Each
+//! charge and refund names the edit it was for; the stored reference is
+//! kept behind a toggle (issue 33, 9).
 
-use super::LoadError;
-use crate::data::{my_credits, CreditsData};
+use super::edits::request_title;
+use super::{LoadError, Pager};
+use crate::data::{my_credits, CreditsData, EntryRow};
 use leptos::prelude::*;
 use leptos_meta::Title;
+use leptos_router::hooks::use_query_map;
+use tollgate::model::LedgerKind;
 
 #[component]
 pub fn CreditsPage() -> impl IntoView {
-    let data = Resource::new_blocking(|| (), |_| my_credits());
+    let query = use_query_map();
+    let data = Resource::new_blocking(move || query.with(|q| q.get("cursor")), my_credits);
     view! {
         <Title text="Credits" />
         <header class="page-head">
@@ -25,40 +31,54 @@ pub fn CreditsPage() -> impl IntoView {
     }
 }
 
-/// A job's debit or refund links to the job.
-fn reference_view(reference: String) -> impl IntoView {
-    let job = reference
-        .strip_prefix("debit:job:")
-        .or_else(|| reference.strip_prefix("refund:job:"))
-        .map(str::to_string);
-    match job {
-        Some(id) => {
-            view! { <a href=format!("/edits/{id}") data-testid="job-ref">{reference.clone()}</a> }
+/// What an entry was for, in words: the edit it charged or refunded
+/// (linked), or the reason an admin gave.
+fn entry_what(e: &EntryRow) -> AnyView {
+    let edit = e.job.clone().map(|(id, request)| {
+        view! { <a href=format!("/edits/{id}") data-testid="job-ref">{request_title(&request)}</a> }
+    });
+    let reason = e.reason.clone().filter(|r| !r.is_empty());
+    match (e.kind, edit) {
+        (LedgerKind::Debit, Some(a)) => view! { <span>"Ordered "{a}</span> }.into_any(),
+        (LedgerKind::Refund, Some(a)) => view! { <span>"Refund for "{a}</span> }.into_any(),
+        (LedgerKind::Grant, _) => {
+            view! { <span>{reason.unwrap_or_else(|| "Granted by an admin".into())}</span> }
                 .into_any()
         }
-        None => view! { <span>{reference}</span> }.into_any(),
+        (_, _) => {
+            view! { <span>{reason.unwrap_or_else(|| e.kind.label().to_string())}</span> }.into_any()
+        }
     }
 }
 
 #[component]
 fn CreditsView(data: CreditsData) -> impl IntoView {
+    let empty = data.entries.list_is_empty();
+    let pager =
+        view! { <Pager path="/credits".to_string() page=data.entries.clone() noun="entries" /> };
     let rows = data
         .entries
+        .rows
         .into_iter()
         .map(|e| {
             let (class, sign) = if e.amount > 0 { ("amount amount-pos", "+") } else { ("amount amount-neg", "") };
+            let what = entry_what(&e);
             view! {
                 <tr>
-                    <td class="nowrap" data-label="When">{e.when}</td>
+                    <td class="nowrap" data-label="When">{e.when.clone()}</td>
+                    <td data-label="What" class="entry-what">
+                        {what}
+                        <details class="entry-ref">
+                            <summary class="small muted">"Reference"</summary>
+                            <code class="small">{e.reference.clone()}</code>
+                        </details>
+                    </td>
                     <td data-label="Kind"><span class=format!("badge badge-{}", e.kind.as_str())>{e.kind.label()}</span></td>
                     <td class="num" data-label="Amount"><span class=class>{format!("{sign}{}", e.amount)}</span></td>
-                    <td class="mono small" data-label="Reference">{reference_view(e.reference)}</td>
-                    <td data-label="Reason">{e.reason.unwrap_or_default()}</td>
                 </tr>
             }
         })
         .collect::<Vec<_>>();
-    let empty = rows.is_empty();
     view! {
         <section class="card stat-card">
             <span class="stat-label">"Balance"</span>
@@ -72,19 +92,19 @@ fn CreditsView(data: CreditsData) -> impl IntoView {
             } else {
                 view! {
                     <div class="table-wrap">
-                        <table class="table" data-testid="ledger">
+                        <table class="table ledger-table" data-testid="ledger">
                             <thead>
                                 <tr>
                                     <th scope="col">"When"</th>
+                                    <th scope="col">"What"</th>
                                     <th scope="col">"Kind"</th>
                                     <th scope="col" class="num">"Amount"</th>
-                                    <th scope="col">"Reference"</th>
-                                    <th scope="col">"Reason"</th>
                                 </tr>
                             </thead>
                             <tbody>{rows}</tbody>
                         </table>
                     </div>
+                    {pager}
                 }
                 .into_any()
             }}

@@ -11,8 +11,15 @@ use leptos_meta::Title;
 use leptos_router::hooks::{use_params_map, use_query_map};
 use tollgate::model::{style, JobRequest, JobStatus};
 
-pub fn status_badge(status: JobStatus) -> impl IntoView {
-    view! { <span class=format!("badge status status-{}", status.as_str())>{status.label()}</span> }
+/// A job's status as a badge. A finished job whose review found issues
+/// reads "Issues found", not "Done".
+pub fn status_badge(status: JobStatus, flagged: bool) -> impl IntoView {
+    let (class, label) = if flagged {
+        ("flagged", "Issues found")
+    } else {
+        (status.as_str(), status.label())
+    };
+    view! { <span class=format!("badge status status-{class}")>{label}</span> }
 }
 
 /// A short title for a request: "Embroidery · pet" or "Video · 5 s 1080p".
@@ -77,20 +84,29 @@ fn JobGrid(jobs: Vec<JobRow>) -> impl IntoView {
         .map(|j| {
             let href = format!("/edits/{}", j.id);
             let title = request_title(&j.request);
-            let thumb = thumbnail(&j.request);
+            // The version the person has, once there is one; the photo
+            // they uploaded before that.
+            let image = j.delivered_url.clone().filter(|_| j.kind == tollgate::model::JobKind::ImageEdit).or_else(|| {
+                thumbnail(&j.request).map(|id| format!("/v1/assets/{id}/content"))
+            });
+            let repairs = match j.repairs {
+                0 => String::new(),
+                1 => " · 1 repair".to_string(),
+                n => format!(" · {n} repairs"),
+            };
             view! {
                 <a class="job-card" href=href data-testid="job-card">
                     <div class="job-thumb">
-                        {match thumb {
-                            Some(id) => view! { <img src=format!("/v1/assets/{id}/content") alt="" loading="lazy" /> }.into_any(),
+                        {match image {
+                            Some(src) => view! { <img src=src alt="" loading="lazy" /> }.into_any(),
                             None => view! { <span class="job-thumb-empty" aria-hidden="true">"▶"</span> }.into_any(),
                         }}
                     </div>
                     <div class="job-body">
                         <div class="job-title">{title}</div>
                         <div class="job-meta">
-                            {status_badge(j.status)}
-                            <span class="muted small">{format!("{} credits · {}", j.credits, j.created)}</span>
+                            {status_badge(j.status, j.flagged())}
+                            <span class="muted small" data-testid="card-meta">{format!("{} credits · {}{repairs}", j.credits, j.created)}</span>
                         </div>
                     </div>
                 </a>
@@ -148,7 +164,7 @@ fn Detail(detail: JobDetail) -> impl IntoView {
                 <p class="crumbs"><a href="/edits">"My edits"</a></p>
                 <h1>{title}</h1>
                 <div class="job-meta">
-                    <span data-testid="job-status">{status_badge(job.status)}</span>
+                    <span data-testid="job-status">{status_badge(job.status, job.flagged())}</span>
                     <span class="muted">{format!("Ordered {}", job.created)}</span>
                 </div>
             </div>
@@ -182,6 +198,27 @@ fn Detail(detail: JobDetail) -> impl IntoView {
         {lineage
             .filter(|l| l.versions.len() > 1 || job.status == JobStatus::Succeeded)
             .map(|l| view! { <Versions lineage=l job_id=job.id.clone() /> })}
+    }
+}
+
+/// What the review after the call found. A delivered result with issues
+/// says what to do: a repair of it costs nothing the first time.
+#[component]
+fn ReviewNote(review: tollgate::model::Review, flagged: bool) -> impl IntoView {
+    use tollgate::model::Verdict;
+    let (class, head) = match review.verdict {
+        Verdict::Passed => ("passed", "Review passed. "),
+        Verdict::Issues => ("issues", "Our check found issues. "),
+        Verdict::NotVerified => ("not_verified", "Not verified. "),
+    };
+    view! {
+        <p class=format!("review review-{class}") data-testid="review">
+            <strong>{head}</strong>
+            {review.notes}
+            {flagged.then(|| view! {
+                <span class="review-next">" If it is not what you wanted, ask for a repair below: the first repair of a result with issues is free."</span>
+            })}
+        </p>
     }
 }
 
@@ -223,6 +260,7 @@ fn ResultCard(job: JobRow, versions: Option<Slides>) -> impl IntoView {
     let result = job.output_url.clone();
     let is_video = matches!(job.request, JobRequest::Video(_));
     let review = job.review.clone();
+    let flagged = job.flagged();
     let questions = job.questions.clone();
     let images = uploaded_images(&job.request);
     view! {
@@ -243,12 +281,7 @@ fn ResultCard(job: JobRow, versions: Option<Slides>) -> impl IntoView {
             (Some(out), None, _) => view! { <img class="result-clip" src=out alt="The generated clip" data-testid="result-image" /> }.into_any(),
             _ => ().into_any(),
         }}
-        {review.map(|(verdict, notes)| view! {
-            <p class=format!("review review-{verdict}") data-testid="review">
-                <strong>{match verdict.as_str() { "passed" => "Review passed. ", "issues" => "Review found issues. ", _ => "Not verified. " }}</strong>
-                {notes}
-            </p>
-        })}
+        {review.map(|r| view! { <ReviewNote review=r flagged=flagged /> })}
         <Replacement replaces=job.replaces.clone() replaced_by=job.replaced_by.clone() error=job.error.clone() />
         {(!questions.is_empty()).then(|| view! {
             <div class="questions">
@@ -441,8 +474,8 @@ fn Versions(lineage: LineageView, job_id: String) -> impl IntoView {
                             </p>
                         </div>
                         <p class="repair-terms">
-                            <span data-testid="repair-price">{format!("{repair_credits} credits")}</span>
-                            <span class="muted small">{format!(" · you have {balance} · {repairs_left} of 2 repairs left · refunded if it fails")}</span>
+                            <span data-testid="repair-price">{if repair_credits == 0 { "Free".to_string() } else { format!("{repair_credits} credits") }}</span>
+                            <span class="muted small">{if repair_credits == 0 { " · our check found issues with this version, so this repair is on us".to_string() } else { format!(" · you have {balance}") }}{format!(" · {repairs_left} of 2 repairs left · refunded if it fails")}</span>
                         </p>
                         <button type="submit" class="btn btn-primary" data-testid="repair-submit">"Ask for a repair"</button>
                     </form>
@@ -463,15 +496,11 @@ fn AttemptList(attempts: Vec<AttemptRow>) -> impl IntoView {
                 let tone = match a.state.as_str() { "succeeded" => "succeeded", "failed" => "failed", _ => "running" };
                 view! {
                 <li>
-                    <span class="mono small">{format!("#{} {} · {}", a.attempt_no, a.model, a.provider)}</span>
-                    <span class=format!("badge status-{tone}")>{a.state}</span>
-                    {a.error_class.map(|c| view! { <span class="badge">{c.replace('_', " ")}</span> })}
-                    <span class="muted small">{a.duration_ms.map(|d| format!("{d} ms")).unwrap_or_default()}</span>
+                    <span class="small">{format!("Try {} · {}", a.attempt_no, a.model)}</span>
+                    <span class=format!("badge status-{tone}")>{attempt_outcome(&a.state, a.error_class.as_deref())}</span>
+                    <span class="muted small">{a.duration_ms.map(seconds).unwrap_or_default()}</span>
+                    <span class="small">{cost_words(a.cost_usd.as_deref(), a.cost_source.as_deref())}</span>
                     {a.provider_job_id.map(|id| view! { <span class="mono small muted" title="The provider's id for this call">{id}</span> })}
-                    <span class="small">{match a.cost_usd {
-                        Some(c) => format!("${c} ({})", a.cost_source.unwrap_or_default()),
-                        None => "unpriced".to_string(),
-                    }}</span>
                 </li>
                 }
             }).collect_view()}
@@ -480,53 +509,75 @@ fn AttemptList(attempts: Vec<AttemptRow>) -> impl IntoView {
     .into_any()
 }
 
-/// A parked job: what is known, and that nothing more is spent until a
-/// person decides; once decided, what the reviewer did, in plain words.
+/// An attempt's state and, when it failed, why: "failed: timed out".
+fn attempt_outcome(state: &str, error_class: Option<&str>) -> String {
+    let why = match error_class {
+        None | Some("failed") => None,
+        Some("timeout") => Some("timed out"),
+        Some("rate_limited") => Some("the provider was busy"),
+        Some("unavailable") => Some("the provider was down"),
+        Some("refused") => Some("the model refused it"),
+        Some("invalid_output") => Some("the result was not usable"),
+        Some("uncertain") => Some("no answer came"),
+        Some("auth") => Some("our credentials were refused"),
+        Some("invalid_input") => Some("the provider refused the input"),
+        Some("cancelled") => Some("cancelled"),
+        Some("not_found") => Some("the provider lost it"),
+        Some(_) => Some("see the timeline"),
+    };
+    match (state, why) {
+        ("succeeded", _) => "done".into(),
+        ("failed", Some(w)) => format!("failed: {w}"),
+        ("failed", None) => "failed".into(),
+        ("submitted", _) => "in progress".into(),
+        _ => "sending".into(),
+    }
+}
+
+fn seconds(ms: i64) -> String {
+    if ms < 1000 {
+        format!("{ms} ms")
+    } else {
+        format!("{:.1} s", ms as f64 / 1000.0)
+    }
+}
+
+/// What a call cost, and how that is known; unknown is never $0.
+fn cost_words(usd: Option<&str>, source: Option<&str>) -> String {
+    match (usd, source) {
+        (Some(c), Some("quoted")) => format!("${c}, as billed"),
+        (Some(c), Some("derived")) => format!("${c}, by the price list"),
+        (Some(_), Some("local")) => "no charge (runs here)".into(),
+        (Some(c), _) => format!("${c}"),
+        (None, _) => "cost unknown".into(),
+    }
+}
+
+/// How parked work stands, as one status: why a person looks and what
+/// happens next (its owner), and the record's facts (the studio's staff).
 #[component]
 fn ParkedNotice(parked: ParkedRow) -> impl IntoView {
-    let stage = parked.stage.replace('_', " ");
-    let link = parked.new_job.clone().map(|j| {
-        view! { <p class="small"><a href=format!("/edits/{j}") data-testid="new-attempt-link">"See the new attempt →"</a></p> }
-    });
-    if parked.active && parked.cancelled {
-        return view! {
-            <div class="callout" data-testid="parked" role="status">
-                <strong>"Cancelled: your credits are back"</strong>
-                <p class="small">
-                    "The provider may already have done, and charged for, the work you cancelled. "
-                    "A reviewer still settles what it cost; nothing more happens to this edit, and you pay nothing more."
-                </p>
-            </div>
-        }
-        .into_any();
-    }
-    if !parked.active && parked.decision.is_none() {
-        // Cancelled while waiting: the status says enough.
-        return ().into_any();
-    }
-    if !parked.active {
-        return view! {
-            <div class="callout" data-testid="parked" role="status">
-                <strong>"Reviewed"</strong>
-                <p class="small">{parked.decision.unwrap_or_else(|| "The edit ended before a reviewer decided.".into())}</p>
-                {link}
-            </div>
-        }
-        .into_any();
-    }
+    let class = if parked.waiting {
+        "callout warning"
+    } else {
+        "callout"
+    };
     view! {
-        <div class="callout warning" data-testid="parked" role="status">
-            <strong>{format!("Waiting for a reviewer: {stage}")}</strong>
-            <p class="small">{parked.reason}</p>
-            {parked.decision.map(|d| view! { <p class="small" data-testid="decision-words">{d}</p> })}
-            <p class="small muted">
-                "Nothing more is spent, and nothing is sent again, until a reviewer records a decision. "
-                {parked.hold_usd.map(|h| format!("Budget held: ${h}. "))}
-                {parked.provider_job_id.map(|id| format!("Provider id: {id}. "))}
-                {format!("Since {}.", parked.since)}
-            </p>
-            {link}
+        <div class=class data-testid="parked" role="status">
+            <strong>{parked.headline}</strong>
+            <p class="small" data-testid="parked-words">{parked.explain}</p>
+            {parked.new_job.map(|j| view! {
+                <p class="small"><a href=format!("/edits/{j}") data-testid="new-attempt-link">"See the new attempt →"</a></p>
+            })}
+            {parked.staff.map(|f| view! {
+                <p class="small muted" data-testid="parked-facts">
+                    {format!("{}: {} ", f.stage, f.evidence)}
+                    {f.hold_usd.map(|h| format!("Budget held: ${h}. "))}
+                    {f.provider_job_id.map(|id| format!("Provider id: {id}. "))}
+                    {format!("Parked {}. ", f.since)}
+                    <a href=f.record>"Open the record"</a>
+                </p>
+            })}
         </div>
     }
-    .into_any()
 }

@@ -29,6 +29,7 @@ pub use users::UsersPage;
 pub use webhooks::{AdminWebhooksPage, WebhooksSection};
 
 use crate::data::{Flash, FlashKind};
+use crate::islands::CopyButton;
 use leptos::prelude::*;
 use tollgate::model::Role;
 
@@ -39,7 +40,25 @@ pub fn LoadError(error: ServerFnError) -> impl IntoView {
         ServerFnError::ServerError(m) => m,
         other => other.to_string(),
     };
-    view! { <div class="flash flash-error" role="alert"><p>{text}</p></div> }
+    // Something named in the address that is not there (or not the
+    // viewer's, which reads the same): a 404 page, not a 200 with a line.
+    if let Some(what) = text.strip_suffix(" not found") {
+        #[cfg(feature = "ssr")]
+        status::set_status(404);
+        let what = match what {
+            "job" | "edit" => "edit",
+            other => other,
+        };
+        return view! {
+            <section class="card notice" data-testid="not-found">
+                <h1>{format!("No such {what}")}</h1>
+                <p class="lede">{format!("There is no {what} at this address, or it is not yours to see.")}</p>
+                <a class="btn btn-primary" href="/edits">"Go to My edits"</a>
+            </section>
+        }
+        .into_any();
+    }
+    view! { <div class="flash flash-error" role="alert"><p>{text}</p></div> }.into_any()
 }
 
 /// Where a page of a list sits and the way to the pages either side:
@@ -110,7 +129,10 @@ pub fn FlashMessage(flash: Flash) -> impl IntoView {
             <p>{flash.message}</p>
             {flash.secret.map(|s| view! {
                 <div class="secret">
-                    <code id="new-secret">{s}</code>
+                    <div class="secret-row">
+                        <code id="new-secret">{s.clone()}</code>
+                        <CopyButton text=s />
+                    </div>
                     <p class="hint">"Copy it now: it will not be shown again."</p>
                 </div>
             })}
@@ -118,19 +140,32 @@ pub fn FlashMessage(flash: Flash) -> impl IntoView {
     }
 }
 
-/// Every timeline entry as recorded, for reviewers and admins (the job's
-/// page and its parked record's).
+/// Every timeline entry in words, for reviewers and admins (the job's page
+/// and its parked record's), with what was recorded behind a toggle.
 #[component]
 pub fn Timeline(events: Vec<crate::data::EventRow>) -> impl IntoView {
+    let recorded = events
+        .iter()
+        .map(|e| view! {
+            <li>
+                <code class="timeline-kind">{e.kind.clone()}</code>
+                <span class="muted small">{e.when.clone()}</span>
+                {(!e.detail.is_empty()).then(|| view! { <span class="small mono timeline-detail">{e.detail.clone()}</span> })}
+            </li>
+        })
+        .collect_view();
     view! {
         <ol class="timeline" data-testid="timeline">
             {events.into_iter().map(|e| view! {
                 <li>
-                    <span class="timeline-kind">{e.kind}</span>
+                    <span class="timeline-what">{e.what}</span>
                     <span class="muted small">{e.when}</span>
-                    {(!e.detail.is_empty()).then(|| view! { <span class="small muted timeline-detail">{e.detail}</span> })}
                 </li>
             }).collect_view()}
         </ol>
+        <details class="recorded" data-testid="recorded">
+            <summary class="small">"As recorded"</summary>
+            <ol class="timeline timeline-recorded">{recorded}</ol>
+        </details>
     }
 }

@@ -4,7 +4,7 @@ use leptos::prelude::*;
 use leptos_meta::Title;
 
 #[cfg(feature = "ssr")]
-fn set_status(code: u16) {
+pub(super) fn set_status(code: u16) {
     if let (Some(resp), Ok(status)) = (
         use_context::<leptos_axum::ResponseOptions>(),
         axum::http::StatusCode::from_u16(code),
@@ -22,7 +22,7 @@ pub fn NotFoundPage() -> impl IntoView {
         <section class="card notice">
             <h1>"Page not found"</h1>
             <p class="lede">"There is nothing at this address."</p>
-            <a class="btn btn-primary" href="/credits">"Go to your credits"</a>
+            <a class="btn btn-primary" href="/edits">"Go to My edits"</a>
         </section>
     }
 }
@@ -36,7 +36,7 @@ pub fn ForbiddenPage() -> impl IntoView {
         <section class="card notice">
             <h1>"Not allowed"</h1>
             <p class="lede">"Your role does not include this page. Ask an admin if you need it."</p>
-            <a class="btn btn-primary" href="/credits">"Go to your credits"</a>
+            <a class="btn btn-primary" href="/edits">"Go to My edits"</a>
         </section>
     }
 }

@@ -1,4 +1,5 @@
-//! Admin: users, their roles, the disabled flag, and credit grants.
+//! Admin: users, their roles, the disabled flag, credit grants, and a new
+//! password for someone who forgot theirs.
 
 use super::LoadError;
 use super::RoleBadge;
@@ -118,6 +119,7 @@ fn UserLine(u: UserRow) -> impl IntoView {
                 </form>
             </td>
             <td class="actions">
+                {(!u.is_me).then(|| view! { <SetPassword id=u.id.clone() email=u.email.clone() /> })}
                 {(!u.is_me).then(|| view! {
                     <form method="post" action=disable_action class="inline-form">
                         <input type="hidden" name="disabled" value=if u.disabled { "false" } else { "true" } />
@@ -128,5 +130,33 @@ fn UserLine(u: UserRow) -> impl IntoView {
                 })}
             </td>
         </tr>
+    }
+}
+
+/// A new password for someone who forgot theirs, behind a disclosure so
+/// the table stays one line per person.
+#[component]
+fn SetPassword(id: String, email: String) -> impl IntoView {
+    let action = format!("/admin/users/{id}/password");
+    let (new_id, confirm_id) = (
+        format!("new-password-{id}"),
+        format!("confirm-password-{id}"),
+    );
+    view! {
+        <details class="set-password" data-testid="set-password">
+            <summary class="btn btn-ghost btn-small">"Set password"</summary>
+            <form method="post" action=action class="form set-password-form">
+                <p class="small muted">{format!("A new password for {email}. Their sessions end; their API tokens keep working.")}</p>
+                <div class="field">
+                    <label for=new_id.clone()>"New password"</label>
+                    <input id=new_id name="new_password" type="password" autocomplete="new-password" required minlength=tollgate::model::PASSWORD_LEN_MIN />
+                </div>
+                <div class="field">
+                    <label for=confirm_id.clone()>"Confirm"</label>
+                    <input id=confirm_id name="confirm_password" type="password" autocomplete="new-password" required minlength=tollgate::model::PASSWORD_LEN_MIN />
+                </div>
+                <button type="submit" class="btn btn-primary btn-small">"Set password"</button>
+            </form>
+        </details>
     }
 }

@@ -64,11 +64,17 @@ fn MyWebhooksView(w: MyWebhooks) -> impl IntoView {
     } else {
         view! { <EndpointTable rows=w.endpoints.clone() mine=true /> }.into_any()
     };
+    // A refused endpoint comes back here with what was typed and why, so
+    // the error sits beside the form and nothing is typed twice.
+    let query = use_query_map().get_untracked();
+    let typed = query.get("webhook_url").unwrap_or_default();
+    let refused = query.get("webhook_error").filter(|e| !e.is_empty());
     view! {
-        <form method="post" action="/account/webhooks" class="form" data-testid="add-endpoint">
+        <form method="post" action="/account/webhooks" class="form" data-testid="add-endpoint" id="add-endpoint">
+            {refused.map(|e| view! { <div class="flash flash-error" role="alert" data-testid="endpoint-error"><p>{e}</p></div> })}
             <div class="field">
                 <label for="wh-url">"Endpoint URL"</label>
-                <input id="wh-url" name="url" type="url" required maxlength="2000" placeholder="https://example.com/tollgate-events" />
+                <input id="wh-url" name="url" type="url" required maxlength="2000" placeholder="https://example.com/tollgate-events" value=typed />
                 <span class="hint">"https:// only; addresses inside private networks are refused."</span>
             </div>
             <fieldset class="field accounting">

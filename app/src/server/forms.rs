@@ -28,6 +28,7 @@ pub fn router(tollgate: Tollgate) -> Router {
         .route("/admin/users", post(add_user))
         .route("/admin/users/{id}/role", post(set_role))
         .route("/admin/users/{id}/disabled", post(set_disabled))
+        .route("/admin/users/{id}/password", post(set_password))
         .route("/admin/users/{id}/grants", post(grant))
         .route("/admin/budget/cap", post(set_cap))
         .route("/admin/budget/halt", post(halt_day))
@@ -395,6 +396,39 @@ async fn set_disabled(
                 "enabled"
             };
             flash::ok(&session, format!("{} is {what}.", user.email)).await;
+            Redirect::to("/admin/users")
+        }
+        Err(e) => report(&session, e, "/admin/users").await,
+    }
+}
+
+#[derive(Deserialize)]
+pub struct SetPasswordForm {
+    new_password: String,
+    confirm_password: String,
+}
+
+async fn set_password(
+    State(t): State<Tollgate>,
+    admin: Authorized<AdminOnly>,
+    session: Session,
+    Path(id): Path<String>,
+    form: Result<Form<SetPasswordForm>, FormRejection>,
+) -> Redirect {
+    let result = async {
+        let id = user_id(&id)?;
+        let Form(f) = form.map_err(unreadable)?;
+        t.set_password(Some(admin.user()), id, &f.new_password, &f.confirm_password)
+            .await
+    }
+    .await;
+    match result {
+        Ok(user) => {
+            let done = format!(
+                "New password set for {}: tell them in person or by a channel you trust. Their sessions have ended.",
+                user.email
+            );
+            flash::ok(&session, done).await;
             Redirect::to("/admin/users")
         }
         Err(e) => report(&session, e, "/admin/users").await,

@@ -66,7 +66,8 @@ async fn add(
     form: Result<Form<AddForm>, FormRejection>,
 ) -> axum::response::Response {
     let result = async {
-        let Form(f) = form.map_err(|e| Error::invalid("form", e.body_text()))?;
+        let Form(f) = form.map_err(|e| (Error::invalid("form", e.body_text()), String::new()))?;
+        let typed = f.url.clone();
         let events: Vec<String> = [
             (&f.ev_succeeded, WebhookEvent::Succeeded),
             (&f.ev_failed, WebhookEvent::Failed),
@@ -78,9 +79,11 @@ async fn add(
         .map(|(_, e)| e.as_str().to_string())
         .collect();
         if events.is_empty() {
-            return Err(Error::invalid("events", "choose at least one event"));
+            return Err((Error::invalid("events", "choose at least one event"), typed));
         }
-        t.create_webhook_endpoint(who.user(), &f.url, &events).await
+        t.create_webhook_endpoint(who.user(), &f.url, &events)
+            .await
+            .map_err(|e| (e, typed))
     }
     .await;
     match result {
@@ -96,8 +99,22 @@ async fn add(
             )
             .await
         }
-        Err(e) => report(&session, e, BACK).await.into_response(),
+        Err((e, typed)) => refused_endpoint(e, &typed).into_response(),
     }
+}
+
+/// Back to the form with what was typed and why it was refused, beside
+/// the form rather than at the top of the page.
+fn refused_endpoint(e: Error, typed: &str) -> Redirect {
+    let why = match &e {
+        Error::Invalid { message, .. } => message.clone(),
+        other => other.public_message(),
+    };
+    Redirect::to(&format!(
+        "{BACK}?webhook_url={}&webhook_error={}#add-endpoint",
+        urlencoding::encode(typed),
+        urlencoding::encode(&why)
+    ))
 }
 
 async fn test(

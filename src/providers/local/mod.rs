@@ -8,6 +8,7 @@
 
 pub mod detect;
 pub mod look;
+pub mod sanity;
 
 use super::{
     Cost, ErrorClass, Finished, Input, Lookup, Output, Poll, Provider, ProviderError, Submission,

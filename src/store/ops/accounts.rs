@@ -317,6 +317,35 @@ impl Backend {
         rows.iter().map(ledger_from_row).collect()
     }
 
+    pub async fn list_ledger(&self, f: &LedgerFilter) -> StoreResult<Vec<LedgerEntry>> {
+        let mut q = sqlx::QueryBuilder::<Db>::new(format!("SELECT {LEDGER_COLUMNS} FROM ledger"));
+        ledger_where(&mut q, f);
+        // Before a position it reads the other way round (see `list_jobs`).
+        let order = match f.seek {
+            Some(Seek::Before(_)) => "ASC",
+            _ => "DESC",
+        };
+        q.push(format!(" ORDER BY created_at {order}, id {order} LIMIT "))
+            .push_bind(f.limit);
+        let rows = q.build().fetch_all(&self.reader).await?;
+        let mut entries = rows
+            .iter()
+            .map(ledger_from_row)
+            .collect::<StoreResult<Vec<_>>>()?;
+        if order == "ASC" {
+            entries.reverse();
+        }
+        Ok(entries)
+    }
+
+    /// How many entries the filter matches, ignoring its limit (see
+    /// `count_jobs`).
+    pub async fn count_ledger(&self, f: &LedgerFilter) -> StoreResult<i64> {
+        let mut q = sqlx::QueryBuilder::<Db>::new("SELECT COUNT(*) FROM ledger");
+        ledger_where(&mut q, f);
+        Ok(q.build().fetch_one(&self.reader).await?.try_get(0)?)
+    }
+
     pub async fn ledger_entry(&self, reference: &str) -> StoreResult<Option<LedgerEntry>> {
         let sql = format!("SELECT {LEDGER_COLUMNS} FROM ledger WHERE reference = $1");
         let row = sqlx::query(&sql)
@@ -340,4 +369,17 @@ impl Backend {
 /// The one value an account update writes.
 enum UserField<'a> {
     Text(&'a str),
+}
+
+fn ledger_where<'a>(q: &mut sqlx::QueryBuilder<'a, Db>, f: &'a LedgerFilter) {
+    q.push(" WHERE user_id = ").push_bind(f.user_id.0);
+    if let Some(seek) = f.seek {
+        let op = match seek {
+            Seek::After(_) => "<",
+            Seek::Before(_) => ">",
+        };
+        let at = seek.key();
+        q.push(" AND ");
+        push_past(q, ("created_at", "id"), op, at.created_at, at.id.0);
+    }
 }

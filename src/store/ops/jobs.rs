@@ -182,6 +182,36 @@ impl Backend {
         Ok(q.build().fetch_one(&self.reader).await?.try_get(0)?)
     }
 
+    pub async fn count_jobs_by_status(
+        &self,
+        user: Option<UserId>,
+    ) -> StoreResult<Vec<(JobStatus, u64)>> {
+        let mut q = sqlx::QueryBuilder::<Db>::new("SELECT status, COUNT(*) FROM jobs WHERE TRUE");
+        if let Some(u) = user {
+            q.push(" AND user_id = ").push_bind(u.0);
+        }
+        q.push(" GROUP BY status");
+        let rows = q.build().fetch_all(&self.reader).await?;
+        let mut counts = Vec::with_capacity(rows.len());
+        for row in rows {
+            let status: String = row.try_get(0)?;
+            let n: i64 = row.try_get(1)?;
+            let status = JobStatus::parse(&status)
+                .ok_or_else(|| StoreError::Corrupt(format!("job status {status:?}")))?;
+            counts.push((status, n.max(0) as u64));
+        }
+        counts.sort_by_key(|(s, _)| JobStatus::ALL.iter().position(|a| a == s));
+        Ok(counts)
+    }
+
+    pub async fn jobs_under_key(&self, key: &str) -> StoreResult<Vec<Job>> {
+        let sql = format!(
+            "SELECT {JOB_COLUMNS} FROM jobs WHERE idempotency_key = $1 ORDER BY created_at DESC, id DESC LIMIT 100"
+        );
+        let rows = sqlx::query(&sql).bind(key).fetch_all(&self.reader).await?;
+        rows.iter().map(job_from_row).collect()
+    }
+
     /// Rule 9: cancels only a job that is not terminal; in the same
     /// transaction it is refunded (rule 3), its holds are settled (the
     /// `jobs_ended` trigger) and its parked record closes (`jobs_parked_closed`). `None` when it was
@@ -302,6 +332,9 @@ fn jobs_where<'a>(q: &mut sqlx::QueryBuilder<'a, Db>, f: &'a JobFilter) {
     }
     if let Some(s) = f.status {
         q.push(" AND status = ").push_bind(s.as_str());
+    }
+    if f.roots_only {
+        q.push(" AND lineage_root IS NULL");
     }
     if let Some(seek) = f.seek {
         let op = match seek {

@@ -6,7 +6,7 @@
 
 use super::within::{lineage_from_row, LINEAGE_COLUMNS};
 use super::*;
-use crate::model::{LineageState, RepairRefusal, REPAIRS_MAX};
+use crate::model::{repair_is_free, Happening, LineageState, RepairRefusal, Review, REPAIRS_MAX};
 use chrono::{DateTime, Utc};
 
 impl Backend {
@@ -26,6 +26,9 @@ impl Backend {
         }
         // The one place the limit is enforced (see `take_repair_in`).
         let delivered = take_repair_in(&mut tx, new.root, j.created_at).await?;
+        // Judged under the lineage's lock, so two racing repairs of a
+        // flagged version cannot both be the free one.
+        let free = free_repair_in(&mut tx, delivered).await?;
         let sql = format!(
             "INSERT INTO jobs (id, user_id, kind, status, request, request_sha256, idempotency_key, credits, \
              estimated_usd, created_at, lineage_root, repair_of, instruction) \
@@ -59,10 +62,20 @@ impl Backend {
             return Ok(Submitted::Existing(job_from_row(&row)?));
         };
         let job = job_from_row(&row)?;
-        let statements = 4 + super::within::charge_in(&mut tx, j, Some("repair")).await?;
+        let mut statements = 4;
+        if free {
+            statements += waive_in(&mut tx, j).await?;
+        }
+        statements += super::within::charge_in(&mut tx, j, Some("repair")).await?;
         tx.commit().await?;
         self.committed(Purpose::Submit, statements);
         Ok(Submitted::Created(job))
+    }
+
+    /// Whether the next repair of `version` would be on the studio.
+    pub async fn repair_is_free(&self, version: JobId) -> StoreResult<bool> {
+        let mut conn = self.reader.acquire().await?;
+        free_repair_in(&mut conn, version.0).await
     }
 
     pub async fn lineage(&self, root: JobId) -> StoreResult<Option<LineageState>> {
@@ -104,6 +117,50 @@ impl Backend {
             .await?;
         rows.iter().map(job_from_row).collect()
     }
+}
+
+/// Whether a repair of `version` is on the studio (`model::repair_is_free`):
+/// its review, and whether a free repair of it is live (one whose charge
+/// was waived, not failed or cancelled).
+async fn free_repair_in(conn: &mut Conn, version: uuid::Uuid) -> StoreResult<bool> {
+    let review: Option<Json<Review>> = sqlx::query_scalar("SELECT review FROM jobs WHERE id = $1")
+        .bind(version)
+        .fetch_one(&mut *conn)
+        .await?;
+    let live_free: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM jobs j WHERE j.repair_of = $1 \
+         AND j.status NOT IN ('failed', 'cancelled') \
+         AND EXISTS (SELECT 1 FROM job_events e WHERE e.job_id = j.id AND e.kind = 'waived')",
+    )
+    .bind(version)
+    .fetch_one(&mut *conn)
+    .await?;
+    Ok(repair_is_free(review.as_ref().map(|r| &r.0), live_free > 0))
+}
+
+/// A free repair: charged like its parent (the job's `credits` are the
+/// quote), and the charge given back at once under the job's one refund
+/// reference. Written before the debit, so a person with no credits left
+/// can still have it; and since the refund is written once (rule 3), the
+/// repair failing later refunds nothing more. Returns its statements.
+async fn waive_in(conn: &mut Conn, j: &NewJob) -> StoreResult<u64> {
+    sqlx::query(
+        "INSERT INTO ledger (id, user_id, amount, kind, reference, actor_id, reason, created_at) \
+         VALUES ($1, $2, $3, 'refund', $4, NULL, $5, $6)",
+    )
+    .bind(uuid::Uuid::new_v4())
+    .bind(j.user_id.0)
+    .bind(j.credits.0)
+    .bind(format!("refund:job:{}", j.id))
+    .bind("repair on us: the review found issues with the version before")
+    .bind(j.created_at)
+    .execute(&mut *conn)
+    .await?;
+    let waived = Happening::Waived {
+        credits: j.credits.0,
+    };
+    super::within::event_in(conn, j.id, &waived, j.created_at).await?;
+    Ok(2)
 }
 
 /// Takes one of the lineage's repairs (creating its row on the first):

@@ -33,6 +33,24 @@ impl Backend {
         rows.iter().map(attempt_from_row).collect()
     }
 
+    /// The jobs with these ids, in no particular order (a page's worth).
+    pub async fn jobs_of(&self, ids: &[JobId]) -> StoreResult<Vec<Job>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let marks: Vec<String> = (1..=ids.len()).map(|i| format!("${i}")).collect();
+        let sql = format!(
+            "SELECT {JOB_COLUMNS} FROM jobs WHERE id IN ({})",
+            marks.join(", ")
+        );
+        let mut q = sqlx::query(&sql).persistent(false);
+        for j in ids {
+            q = q.bind(j.0);
+        }
+        let rows = q.fetch_all(&self.reader).await?;
+        rows.iter().map(job_from_row).collect()
+    }
+
     /// A day of the breaker; a day nobody has reserved against yet has the
     /// default cap and nothing used (reading it writes nothing).
     pub async fn budget_day(

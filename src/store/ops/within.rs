@@ -41,16 +41,20 @@ pub(super) async fn lineage_in(conn: &mut Conn, job: &Job) -> StoreResult<Option
 }
 
 /// With a refund (rule 3): a failed or cancelled repair gives its slot
-/// back, once, since its refund is written once.
+/// back. The lineage's count is recounted from its repairs, not
+/// decremented, so running this again (a second refund attempt, or a free
+/// repair, which has no refund to make it once) changes nothing.
 pub(super) async fn free_repair_in(
     conn: &mut Conn,
     job: JobId,
     at: DateTime<Utc>,
 ) -> StoreResult<()> {
     sqlx::query(
-        "UPDATE lineages SET repairs_used = repairs_used - 1, updated_at = $2 \
-         WHERE repairs_used > 0 AND root = \
-               (SELECT lineage_root FROM jobs WHERE id = $1 AND repair_of IS NOT NULL)",
+        "UPDATE lineages SET updated_at = $2, repairs_used = \
+           (SELECT count(*) FROM jobs r WHERE r.lineage_root = lineages.root \
+             AND r.repair_of IS NOT NULL AND r.status NOT IN ('failed', 'cancelled')) \
+         WHERE root = (SELECT lineage_root FROM jobs WHERE id = $1 AND repair_of IS NOT NULL \
+             AND status IN ('failed', 'cancelled'))",
     )
     .bind(job.0)
     .bind(at)
@@ -105,14 +109,15 @@ pub(super) async fn charge_in(
     .bind(new.created_at)
     .execute(&mut *conn)
     .await?;
+    let mut statements = 1;
     if let Some(ring) = super::super::RING {
         sqlx::query(ring)
             .bind(new.id.to_string())
             .execute(&mut *conn)
             .await?;
-        return Ok(2);
+        statements += 1;
     }
-    Ok(1)
+    Ok(statements)
 }
 
 /// Rule 3, the one refund: its reference is derived from the job, it is
@@ -135,8 +140,10 @@ pub(super) async fn refund_in(conn: &mut Conn, job: JobId, at: DateTime<Utc>) ->
     let refunded = r.rows_affected() == 1;
     if refunded {
         event_in(conn, job, &Happening::Refunded {}, at).await?;
-        free_repair_in(conn, job, at).await?;
     }
+    // Also when there was nothing left to refund (a free repair's charge
+    // was given back when it was ordered): the count is recounted.
+    free_repair_in(conn, job, at).await?;
     Ok(refunded)
 }
 

@@ -149,7 +149,13 @@ pub async fn deliver(t: &Tollgate, http: &reqwest::Client, c: ClaimedDelivery) {
         .finish_delivery(d.id, c.claim_token, &outcome, now)
         .await
     {
-        Ok(true) => {}
+        Ok(true) => {
+            if let DeliveryOutcome::Dead { status, .. } = &outcome {
+                // The event and the endpoint's id, never the URL (it may
+                // carry a secret) or the body.
+                tracing::warn!(delivery = %d.id, event = d.event.as_str(), endpoint = ?d.endpoint_id, ?status, "a webhook delivery died after its last try; an admin may replay it");
+            }
+        }
         // Another dispatcher took it over (our lease ran out): it will post
         // and record it; ours was at-least-once.
         Ok(false) => tracing::info!(delivery = %d.id, "a delivery's claim moved on"),
