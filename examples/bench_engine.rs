@@ -58,7 +58,7 @@ async fn submit(db: &TestDb, u: &User, n: usize) -> f64 {
             for i in (c..n).step_by(16) {
                 let body = json!({"kind": "image_edit", "source": source,
                     "target": {"kind": "pet"}, "style": "embroidery", "strength": "balanced"});
-                t.submit_job(&u, Some(&format!("bench-{i}")), &body)
+                t.submit_job(&u, None, Some(&format!("bench-{i}")), &body)
                     .await
                     .unwrap();
             }

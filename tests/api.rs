@@ -674,7 +674,7 @@ async fn metrics_speak_prometheus(db: TestDb) {
         .unwrap();
     let body = json!({"kind": "video", "prompt": "p", "duration_s": 2, "resolution": "720p"});
     s.db_tollgate
-        .submit_job(&u, Some("m1"), &body)
+        .submit_job(&u, None, Some("m1"), &body)
         .await
         .unwrap();
     // Admins only, here; a scraper uses a token or the internal listener.

@@ -58,7 +58,11 @@ async fn edit(db: &TestDb, u: &User, key: &str, description: &str) -> JobId {
         .unwrap();
     let body = json!({"kind": "image_edit", "source": source.id,
         "target": {"kind": "pet", "description": description}, "style": "embroidery", "strength": "balanced"});
-    t.submit_job(u, Some(key), &body).await.unwrap().job.id
+    t.submit_job(u, None, Some(key), &body)
+        .await
+        .unwrap()
+        .job
+        .id
 }
 
 async fn settled(db: &TestDb, id: JobId) -> Job {
@@ -82,7 +86,7 @@ async fn balance(db: &TestDb, u: &User) -> i64 {
 
 async fn repair(db: &TestDb, u: &User, of: JobId, key: &str, instruction: &str) -> JobId {
     db.tollgate
-        .submit_repair(u, of, Some(key), &json!({"instruction": instruction}))
+        .submit_repair(u, None, of, Some(key), &json!({"instruction": instruction}))
         .await
         .unwrap()
         .job
@@ -341,7 +345,7 @@ async fn the_local_checker_on_real_photographs(db: TestDb) {
             "target": {"kind": target, "description": description}, "style": "quilt", "strength": "balanced"});
         ids.push(
             db.tollgate
-                .submit_job(&u, Some(key), &body)
+                .submit_job(&u, None, Some(key), &body)
                 .await
                 .unwrap()
                 .job

@@ -214,7 +214,8 @@ async fn tokens_are_hashed_at_rest_and_revocable(db: TestDb) {
         .await
         .unwrap()
         .expect("token works");
-    assert_eq!(found.id, u.id);
+    assert_eq!(found.0.id, u.id);
+    assert_eq!(found.1, token.id, "the token that was used is named");
 
     // Nothing stored anywhere in the tokens table contains the secret.
     let stored: Vec<(String, String, String)> = if let Some(pool) = db.store().sqlite_pool() {

@@ -34,7 +34,7 @@ async fn jobs(db: &TestDb, n: usize) -> (User, Vec<JobId>) {
     for i in 0..n {
         let body = json!({"kind": "video", "prompt": format!("clip {i}"), "duration_s": 2, "resolution": "720p"});
         ids.push(
-            t.submit_job(&u, Some(&format!("k{i}")), &body)
+            t.submit_job(&u, None, Some(&format!("k{i}")), &body)
                 .await
                 .unwrap()
                 .job

@@ -1038,7 +1038,7 @@ mod retention {
         let body = json!({"kind": "image_edit", "source": photo, "target": {"kind": "pet", "description": "the dog"},
                           "style": "origami", "strength": "balanced"});
         db.tollgate
-            .submit_job(u, Some(key), &body)
+            .submit_job(u, None, Some(key), &body)
             .await
             .unwrap()
             .job
@@ -1201,12 +1201,23 @@ mod retention {
         let jc = edit(&db, &ana, "c", pc).await;
         park(&db, jc).await;
         edit(&db, &bo, "bo", pa_bo).await;
-        t.submit_repair(&ana, jl, Some("r"), &json!({"instruction": "softer folds"}))
-            .await
-            .unwrap();
+        t.submit_repair(
+            &ana,
+            None,
+            jl,
+            Some("r"),
+            &json!({"instruction": "softer folds"}),
+        )
+        .await
+        .unwrap();
         // A record a reviewer closed: its evidence ages with the history.
         let body = json!({"kind": "video", "prompt": "x", "duration_s": 2, "resolution": "720p"});
-        let jx = t.submit_job(&ana, Some("x"), &body).await.unwrap().job.id;
+        let jx = t
+            .submit_job(&ana, None, Some("x"), &body)
+            .await
+            .unwrap()
+            .job
+            .id;
         park(&db, jx).await;
         let rx = db.store().parked_for_job(jx).await.unwrap().unwrap();
         t.decide(
@@ -1267,7 +1278,13 @@ mod retention {
             JobStatus::Queued
         );
         let e = t
-            .submit_repair(&ana, ja, Some("late"), &json!({"instruction": "again"}))
+            .submit_repair(
+                &ana,
+                None,
+                ja,
+                Some("late"),
+                &json!({"instruction": "again"}),
+            )
             .await
             .unwrap_err();
         assert!(e.to_string().contains("retention"), "{e}");

@@ -111,7 +111,11 @@ async fn parked_job_holding(
 ) -> (JobId, Parked) {
     let t = &db.tollgate;
     let body = json!({"kind": "video", "prompt": key, "duration_s": 2, "resolution": "720p"});
-    let job = t.submit_job(owner, Some(key), &body).await.unwrap().job;
+    let job = t
+        .submit_job(owner, None, Some(key), &body)
+        .await
+        .unwrap()
+        .job;
     let claim = claim_one(db, job.id).await;
     let a = AttemptId::new();
     let mut ops = vec![Op::BeginAttempt(NewAttempt {
@@ -592,7 +596,7 @@ async fn run_until(db: &TestDb, job: JobId, done: impl Fn(JobStatus) -> bool) ->
 async fn clip(db: &TestDb, u: &User, key: &str) -> JobId {
     let body = json!({"kind": "video", "prompt": key, "model": "mock-clip", "duration_s": 2, "resolution": "720p"});
     db.tollgate
-        .submit_job(u, Some(key), &body)
+        .submit_job(u, None, Some(key), &body)
         .await
         .unwrap()
         .job
@@ -1796,7 +1800,7 @@ async fn parked_on(
     let body = json!({"kind": "video", "prompt": key, "model": model, "duration_s": 2, "resolution": "720p"});
     let job = db
         .tollgate
-        .submit_job(owner, Some(key), &body)
+        .submit_job(owner, None, Some(key), &body)
         .await
         .unwrap()
         .job;
@@ -1871,7 +1875,7 @@ async fn evidence_is_sanitised_where_it_is_written(db: TestDb) {
     let t = &db.tollgate;
     let body = json!({"kind": "video", "prompt": "scrub", "duration_s": 2, "resolution": "720p"});
     let job = t
-        .submit_job(&p.owner, Some("scrub"), &body)
+        .submit_job(&p.owner, None, Some("scrub"), &body)
         .await
         .unwrap()
         .job;

@@ -68,7 +68,11 @@ async fn edit(db: &TestDb, u: &User, key: &str) -> JobId {
         .unwrap();
     let body = json!({"kind": "image_edit", "source": source.id,
         "target": {"kind": "pet", "description": "the dog"}, "style": "embroidery", "strength": "balanced"});
-    t.submit_job(u, Some(key), &body).await.unwrap().job.id
+    t.submit_job(u, None, Some(key), &body)
+        .await
+        .unwrap()
+        .job
+        .id
 }
 
 /// Runs the engine until the job is terminal or parked (bounded).

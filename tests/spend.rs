@@ -28,6 +28,8 @@ both_backends!(
     spend_over_http_is_for_admins_and_refuses_bad_ranges,
     spend_as_csv_is_one_row_per_attempt_with_unpriced_left_empty,
     one_person_cannot_spend_more_than_their_share_of_the_day,
+    spend_is_told_by_person_and_by_the_token_that_ordered_it,
+    racing_calls_tell_each_share_of_the_cap_once,
 );
 
 fn usd(s: &str) -> Usd {
@@ -81,7 +83,7 @@ async fn edits(db: &TestDb, u: &User, prefix: &str, n: usize) -> Vec<JobId> {
         let body = json!({"kind": "image_edit", "source": source.id,
             "target": {"kind": "pet", "description": "the dog"}, "style": "embroidery", "strength": "balanced"});
         ids.push(
-            t.submit_job(u, Some(&format!("{prefix}{i}")), &body)
+            t.submit_job(u, None, Some(&format!("{prefix}{i}")), &body)
                 .await
                 .unwrap()
                 .job
@@ -768,7 +770,13 @@ async fn one_person_cannot_spend_more_than_their_share_of_the_day(db: TestDb) {
     let engine = tollgate::engine::start(db.tollgate.clone(), 4);
     let mut made = Vec::new();
     for key in ["a1", "a2", "a3"] {
-        made.push(t.submit_job(&ana, Some(key), &body).await.unwrap().job.id);
+        made.push(
+            t.submit_job(&ana, None, Some(key), &body)
+                .await
+                .unwrap()
+                .job
+                .id,
+        );
     }
     for job in settle_all(&db, &made).await {
         assert_eq!(job.status, JobStatus::Succeeded, "{:?}", job.error);
@@ -776,7 +784,7 @@ async fn one_person_cannot_spend_more_than_their_share_of_the_day(db: TestDb) {
     let balance = db.tollgate.user(ana.id).await.unwrap().balance;
 
     // $0.60 of a $1.00 day: past the half that is ana's.
-    let refused = t.submit_job(&ana, Some("a4"), &body).await;
+    let refused = t.submit_job(&ana, None, Some("a4"), &body).await;
     match refused {
         Err(tollgate::Error::ShareUsed { retry_after_s }) => {
             assert!((1..=86_400).contains(&retry_after_s), "{retry_after_s}")
@@ -791,7 +799,7 @@ async fn one_person_cannot_spend_more_than_their_share_of_the_day(db: TestDb) {
         balance,
         "nothing charged"
     );
-    let replay = t.submit_job(&ana, Some("a1"), &body).await.unwrap();
+    let replay = t.submit_job(&ana, None, Some("a1"), &body).await.unwrap();
     assert!(!replay.created);
     assert_eq!(replay.job.id, made[0], "a replay is answered");
 
@@ -815,4 +823,213 @@ async fn one_person_cannot_spend_more_than_their_share_of_the_day(db: TestDb) {
         ]
     );
     assert_eq!(m.paid().await, 4, "four generations paid in all");
+}
+
+/// Spend by who ordered it (issue 33, 11): each job made with an API token
+/// is counted under that token, work ordered from the pages apart, and the
+/// people's rows add up to the day's total to the cent.
+async fn spend_is_told_by_person_and_by_the_token_that_ordered_it(db: TestDb) {
+    let m = mock(0, "0.200000").await;
+    let db = db
+        .with_config(&model("m", &m, "0.20", "default = true"))
+        .await;
+    let t = db.tollgate.clone();
+    let (ana, bo) = (
+        person(&db, "ana@example.com").await,
+        person(&db, "bo@example.com").await,
+    );
+    let (ana_ci, ana_ci_secret) = t.create_api_token(&ana, "ci").await.unwrap();
+    let (_, ana_app_secret) = t.create_api_token(&ana, "mobile app").await.unwrap();
+    let (_, bo_secret) = t.create_api_token(&bo, "bo's script").await.unwrap();
+    let app = tollgate::api::router(t.clone()).layer(tollgate::usecases::auth::session_layer(&t));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let engine = tollgate::engine::start(t.clone(), 4);
+
+    let http = reqwest::Client::new();
+    let mut made = Vec::new();
+    for (who, secret, key) in [
+        (&ana, &ana_ci_secret, "ci-1"),
+        (&ana, &ana_ci_secret, "ci-2"),
+        (&ana, &ana_app_secret, "app-1"),
+        (&bo, &bo_secret, "bo-1"),
+    ] {
+        let photo = t
+            .upload_asset(
+                who,
+                Some("image/png"),
+                tollgate_testkit::photo_of_a_dog(64, 48).into(),
+            )
+            .await
+            .unwrap();
+        let body = json!({"kind": "image_edit", "source": photo.id,
+            "target": {"kind": "pet", "description": "the dog"}, "style": "embroidery", "strength": "balanced"});
+        let r = http
+            .post(format!("{base}/v1/jobs"))
+            .bearer_auth(secret)
+            .header("Idempotency-Key", key)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::CREATED, "{key}");
+        let job: Value = r.json().await.unwrap();
+        made.push(JobId(job["id"].as_str().unwrap().parse().unwrap()));
+    }
+    made.extend(edits(&db, &ana, "pages", 1).await);
+    for job in settle_all(&db, &made).await {
+        assert_eq!(job.status, JobStatus::Succeeded, "{:?}", job.error);
+    }
+    engine.shutdown().await;
+
+    let today = Utc::now().date_naive();
+    let report = t.spend(today, today).await.unwrap();
+    let tokens: Vec<(String, Option<String>, i64, Usd)> = report
+        .tokens
+        .iter()
+        .map(|r| {
+            let token = r.token.as_ref().map(|t| t.name.clone());
+            (
+                r.owner.to_string(),
+                token,
+                r.tally.attempts,
+                r.tally.priced_usd,
+            )
+        })
+        .collect();
+    assert_eq!(
+        tokens[0],
+        ("ana@example.com".into(), Some("ci".into()), 2, usd("0.40"))
+    );
+    assert_eq!(tokens.len(), 4, "{tokens:?}");
+    for row in [
+        (
+            "ana@example.com".to_string(),
+            Some("mobile app".to_string()),
+            1,
+            usd("0.20"),
+        ),
+        ("ana@example.com".to_string(), None, 1, usd("0.20")),
+        (
+            "bo@example.com".to_string(),
+            Some("bo's script".to_string()),
+            1,
+            usd("0.20"),
+        ),
+    ] {
+        assert!(tokens.contains(&row), "{row:?} in {tokens:?}");
+    }
+    assert_eq!(report.tokens[0].token.as_ref().unwrap().id, ana_ci.id);
+    let people: Vec<(String, Usd)> = report
+        .people
+        .iter()
+        .map(|p| (p.email.to_string(), p.tally.priced_usd))
+        .collect();
+    assert_eq!(
+        people,
+        vec![
+            ("ana@example.com".to_string(), usd("0.80")),
+            ("bo@example.com".to_string(), usd("0.20")),
+        ]
+    );
+    let summed = report
+        .people
+        .iter()
+        .fold(Usd::ZERO, |sum, p| sum.plus(p.tally.priced_usd));
+    assert_eq!(
+        summed, report.total.priced_usd,
+        "the rows add up to the total"
+    );
+    assert_eq!(
+        report.total.priced_usd,
+        usd("1.00"),
+        "what the provider billed"
+    );
+
+    // The API says the same to an admin.
+    let admin = t
+        .add_user("boss@example.com", Role::Admin, "correct horse battery")
+        .await
+        .unwrap();
+    let (_, admin_secret) = t.create_api_token(&admin, "dashboard").await.unwrap();
+    let body: Value = http
+        .get(format!("{base}/v1/spend?from={today}&to={today}"))
+        .bearer_auth(admin_secret)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(body["people"].as_array().unwrap().len(), 2, "{body}");
+    assert_eq!(body["people"][0]["email"], "ana@example.com");
+    assert_eq!(body["people"][0]["priced_usd"], "0.800000");
+    let tokens = body["tokens"].as_array().unwrap();
+    assert_eq!(tokens.len(), 4, "{body}");
+    assert_eq!(tokens[0]["token_name"], "ci");
+    assert_eq!(tokens[0]["token_id"], ana_ci.id.to_string());
+    assert_eq!(tokens[0]["priced_usd"], "0.400000");
+    assert!(
+        tokens
+            .iter()
+            .any(|t| t["token_id"].is_null() && t["owner_email"] == "ana@example.com"),
+        "work from the pages is its own row: {body}"
+    );
+}
+
+/// Five calls race through a $1.00 day at $0.20 each: every reservation
+/// looks at the day, yet 50, 80 and 95% are each written down once, with
+/// what was booked when they were passed; then the day forecasts "reached".
+async fn racing_calls_tell_each_share_of_the_cap_once(db: TestDb) {
+    let m = mock(0, "0.200000").await;
+    let toml = format!(
+        "daily_cap_usd = \"1.00\"\nuser_share_percent = 100\n{}",
+        model("m", &m, "0.20", "default = true")
+    );
+    let db = db.with_config(&toml).await;
+    let t = db.tollgate.clone();
+    let u = person(&db, "racer@example.com").await;
+    let ids = edits(&db, &u, "race", 5).await;
+    let engine = tollgate::engine::start(t.clone(), 5);
+    for job in settle_all(&db, &ids).await {
+        assert_eq!(job.status, JobStatus::Succeeded, "{:?}", job.error);
+    }
+    engine.shutdown().await;
+    let today = Utc::now().date_naive();
+    // Looking again, from many tasks at once, writes nothing more.
+    let barrier = Arc::new(tokio::sync::Barrier::new(8));
+    let lookers: Vec<_> = (0..8)
+        .map(|_| {
+            let (t, barrier) = (t.clone(), barrier.clone());
+            tokio::spawn(async move {
+                barrier.wait().await;
+                t.note_thresholds(today).await.unwrap().len()
+            })
+        })
+        .collect();
+    for l in lookers {
+        assert_eq!(l.await.unwrap(), 0, "each share is told once");
+    }
+    let passed = t.thresholds_on(today).await.unwrap();
+    let percents: Vec<u32> = passed.iter().map(|c| c.percent).collect();
+    assert_eq!(percents, vec![50, 80, 95]);
+    for c in &passed {
+        assert_eq!(c.cap_usd, usd("1.00"));
+        assert!(
+            c.booked_usd.decimal() * rust_decimal::Decimal::from(100)
+                >= usd("1.00").decimal() * rust_decimal::Decimal::from(c.percent),
+            "{c:?} was past its share when written"
+        );
+    }
+    let day = t.budget(today).await.unwrap();
+    assert_eq!(
+        tollgate::usecases::budget::cap_forecast(
+            today,
+            day.cap_usd,
+            day.used_usd.plus(day.reserved_usd),
+            Utc::now()
+        ),
+        tollgate::usecases::budget::CapForecast::Reached
+    );
 }

@@ -184,7 +184,7 @@ async fn clip(db: &TestDb, u: &User, key: &str, webhook_url: Option<&str>) -> Jo
         body["webhook_url"] = json!(url);
     }
     db.tollgate
-        .submit_job(u, Some(key), &body)
+        .submit_job(u, None, Some(key), &body)
         .await
         .unwrap()
         .job

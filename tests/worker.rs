@@ -54,7 +54,11 @@ async fn edit(db: &TestDb, u: &User, key: &str, target: Value) -> JobId {
         target["mask"] = json!(mask.id);
     }
     let body = json!({"kind": "image_edit", "source": source.id, "target": target, "style": "stained_glass", "strength": "strong"});
-    t.submit_job(u, Some(key), &body).await.unwrap().job.id
+    t.submit_job(u, None, Some(key), &body)
+        .await
+        .unwrap()
+        .job
+        .id
 }
 
 /// Waits (bounded) until the job is terminal.
@@ -194,7 +198,7 @@ async fn a_video_renders_a_clip(db: TestDb) {
     let body = json!({"kind": "video", "prompt": "a paper boat on a pond", "duration_s": 2, "resolution": "720p"});
     let id = db
         .tollgate
-        .submit_job(&u, Some("v1"), &body)
+        .submit_job(&u, None, Some("v1"), &body)
         .await
         .unwrap()
         .job

@@ -107,6 +107,16 @@ pub fn Layout(children: Children) -> impl IntoView {
     }
 }
 
+/// Where each role's day starts (issue 33, 12): an admin on the spend
+/// overview, a reviewer on the review queue, everyone else on their edits.
+pub fn home_of(role: Role) -> &'static str {
+    match role {
+        Role::Admin => "/admin",
+        Role::Reviewer => "/review",
+        Role::User => "/edits",
+    }
+}
+
 struct NavItem {
     href: &'static str,
     label: &'static str,
@@ -184,13 +194,15 @@ fn TopBar(me: Option<Me>) -> impl IntoView {
     view! {
         <header class="topbar">
             <div class="topbar-inner">
-                <a class="brand" href="/edits">
+                <a class="brand" href="/">
                     <span class="brand-mark" aria-hidden="true"></span>
                     "Tollgate"
                 </a>
                 <nav class="nav" aria-label="Main">{nav}</nav>
                 {me.map(|me| view! {
-                    <div class="who">
+                    // An admin's long menu wins the room: their email shows
+                    // on hover, and in full on wide screens.
+                    <div class="who" class:who-admin=me.role == Role::Admin title=me.email.clone()>
                         <span class="who-email" title=me.email.clone()>{me.email.clone()}</span>
                         <RoleBadge role=me.role />
                         <form method="post" action="/logout" class="inline-form">

@@ -117,7 +117,7 @@ async fn sigkill_mid_flight_then_restart(db: TestDb) {
                    "style": styles[i % styles.len()], "strength": "strong"})
         };
         ids.push(
-            t.submit_job(&u, Some(&format!("crash-{i}")), &body)
+            t.submit_job(&u, None, Some(&format!("crash-{i}")), &body)
                 .await
                 .unwrap()
                 .job
@@ -348,7 +348,7 @@ async fn sigkill_mid_call(db: TestDb, idempotency: bool) {
         let body = json!({"kind": "image_edit", "source": source.id, "target": {"kind": "pet"},
                           "style": "embroidery", "strength": "balanced"});
         ids.push(
-            t.submit_job(&u, Some(&format!("crash-{i}")), &body)
+            t.submit_job(&u, None, Some(&format!("crash-{i}")), &body)
                 .await
                 .unwrap()
                 .job
@@ -523,7 +523,7 @@ async fn edits(db: &TestDb, n: usize) -> (tollgate::store::User, Vec<JobId>) {
         let body = json!({"kind": "image_edit", "source": source.id, "target": {"kind": "pet"},
                           "style": "embroidery", "strength": "balanced"});
         ids.push(
-            t.submit_job(&u, Some(&format!("edit-{i}")), &body)
+            t.submit_job(&u, None, Some(&format!("edit-{i}")), &body)
                 .await
                 .unwrap()
                 .job

@@ -19,6 +19,7 @@ tollgate_testkit::both_backends!(
     every_route_answers_each_role_as_it_should,
     sessions_end_when_they_must,
     pages_are_never_stored_by_a_cache,
+    each_role_signs_in_to_its_home,
 );
 
 const PASSWORD: &str = "correct horse battery";
@@ -118,8 +119,68 @@ async fn signed_in_with(s: &Server, email: &str, password: &str) -> reqwest::Cli
         .await
         .unwrap();
     assert_eq!(r.status(), StatusCode::SEE_OTHER);
-    assert_eq!(r.headers()["location"], "/edits", "{email} signed in");
+    let home = r.headers()["location"].to_str().unwrap();
+    assert!(
+        ["/edits", "/review", "/admin"].contains(&home),
+        "{email} signed in to {home}"
+    );
     browser
+}
+
+/// Where a redirect points, or "" when there is none.
+async fn location(browser: &reqwest::Client, url: String) -> String {
+    let r = browser.get(url).send().await.unwrap();
+    r.headers()
+        .get("location")
+        .map(|l| l.to_str().unwrap().to_string())
+        .unwrap_or_default()
+}
+
+/// Issue 33, 12: an admin's day starts on the spend overview, a
+/// reviewer's on the queue, a person's on their edits; a sign-in sent from
+/// a page goes back to it, and the front door sends each to their home.
+async fn each_role_signs_in_to_its_home(db: TestDb) {
+    let s = serve(&db).await;
+    let anonymous = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    db.tollgate
+        .add_user("first-admin@example.com", Role::Admin, PASSWORD)
+        .await
+        .unwrap();
+    assert_eq!(location(&anonymous, format!("{}/", s.base)).await, "/login");
+    for (email, role, home) in [
+        ("u@example.com", Role::User, "/edits"),
+        ("r@example.com", Role::Reviewer, "/review"),
+        ("a@example.com", Role::Admin, "/admin"),
+    ] {
+        db.tollgate.add_user(email, role, PASSWORD).await.unwrap();
+        let browser = reqwest::Client::builder()
+            .cookie_store(true)
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .unwrap();
+        let login = |next: &'static str| {
+            browser
+                .post(format!("{}/login", s.base))
+                .header("Origin", &s.base)
+                .form(&[("email", email), ("password", PASSWORD), ("next", next)])
+                .send()
+        };
+        let r = login("").await.unwrap();
+        assert_eq!(r.headers()["location"], home, "{email}");
+        assert_eq!(location(&browser, format!("{}/", s.base)).await, home);
+        assert_eq!(location(&browser, format!("{}/login", s.base)).await, home);
+        let r = login("/credits").await.unwrap();
+        assert_eq!(
+            r.headers()["location"],
+            "/credits",
+            "sent back where they were"
+        );
+        let r = login("https://evil.example/").await.unwrap();
+        assert_eq!(r.headers()["location"], home, "never off the site");
+    }
 }
 
 /// What a call's answer says about who may make it.
@@ -158,7 +219,7 @@ async fn every_route_answers_each_role_as_it_should(db: TestDb) {
         .unwrap();
     let body = json!({"kind": "video", "prompt": "a crane", "duration_s": 2, "resolution": "720p"});
     let job = t
-        .submit_job(&owner.user, Some("matrix-job"), &body)
+        .submit_job(&owner.user, None, Some("matrix-job"), &body)
         .await
         .unwrap()
         .job;
@@ -256,7 +317,7 @@ async fn every_route_answers_each_role_as_it_should(db: TestDb) {
 
     // Another person's job cannot be cancelled from a form either.
     let theirs = t
-        .submit_job(&owner.user, Some("matrix-form-job"), &body)
+        .submit_job(&owner.user, None, Some("matrix-form-job"), &body)
         .await
         .unwrap()
         .job;

@@ -77,7 +77,8 @@ test.describe.serial('foundation', () => {
     await expect(page.getByRole('alert')).toContainText('Email or password is incorrect');
 
     await signIn(page, ADMIN);
-    await expect(page).toHaveURL(/\/edits$/);
+    // An admin's day starts on the spend overview.
+    await expect(page).toHaveURL(/\/admin$/);
     await expect(page.getByRole('navigation', { name: 'Main' })).toContainText('Users');
   });
 
@@ -182,7 +183,7 @@ test.describe.serial('foundation', () => {
       const page = await context.newPage();
       if (who) {
         await signIn(page, who);
-        await expect(page).toHaveURL(/\/edits$/);
+        await expect(page).toHaveURL({ user: /\/edits$/, reviewer: /\/review$/, admin: /\/admin$/ }[role]);
       }
       for (const [path, least] of Object.entries(groups)) {
         const response = await page.goto(path);
@@ -321,7 +322,7 @@ test.describe.serial('foundation', () => {
       maxRedirects: 0,
     });
     expect(login.status()).toBe(303);
-    expect(login.headers()['location']).toBe('/edits');
+    expect(login.headers()['location']).toBe('/admin');
     await ctx.close();
   });
 });

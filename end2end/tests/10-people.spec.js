@@ -108,14 +108,18 @@ test.describe.serial('people', () => {
     await expect(page.getByRole('link', { name: 'Go to My edits' })).toBeVisible();
   });
 
-  test('staff read the timeline in words, with what was recorded behind a toggle', async ({ page, baseURL }) => {
-    await signIn(page, ADMIN);
-    const r = await page.request.post('/v1/jobs', {
-      headers: { Origin: baseURL, 'Idempotency-Key': 'people-admin-clip' },
+  test('staff read the timeline in words, with what was recorded behind a toggle', async ({ page, browser, baseURL }) => {
+    // A person orders; an admin reads what happened to it.
+    const owner = await browser.newPage();
+    await signIn(owner, { email: FORGETFUL.email, password: RENEWED });
+    const r = await owner.request.post('/v1/jobs', {
+      headers: { Origin: baseURL, 'Idempotency-Key': 'people-owner-clip' },
       data: { kind: 'video', prompt: 'a kettle on a stove', model: 'local-clip', duration_s: 2, resolution: '720p' },
     });
     expect(r.status()).toBe(201);
     const job = await r.json();
+    await owner.close();
+    await signIn(page, ADMIN, { landing: null });
     await page.goto(`/edits/${job.id}`);
     await expect(page.getByTestId('job-status')).toContainText('Done', { timeout: 30_000 });
     await page.reload();
@@ -129,14 +133,18 @@ test.describe.serial('people', () => {
     await shot(page, '103-staff-timeline');
   });
 
-  test('admin Jobs counts each status, filters by person, finds by id, and cancels', async ({ page, baseURL }) => {
-    await signIn(page, ADMIN);
-    const r = await page.request.post('/v1/jobs', {
-      headers: { Origin: baseURL, 'Idempotency-Key': 'people-admin-flaky' },
+  test('admin Jobs counts each status, filters by person, finds by id, and cancels', async ({ page, browser, baseURL }) => {
+    // A person's clip gets stuck; an admin finds it and cancels it.
+    const owner = await browser.newPage();
+    await signIn(owner, { email: FORGETFUL.email, password: RENEWED });
+    const r = await owner.request.post('/v1/jobs', {
+      headers: { Origin: baseURL, 'Idempotency-Key': 'people-owner-flaky' },
       data: { kind: 'video', prompt: 'a heron in the rain', model: 'local-flaky', duration_s: 2, resolution: '720p' },
     });
     expect(r.status()).toBe(201);
     const stuck = await r.json();
+    await owner.close();
+    await signIn(page, ADMIN);
     await page.goto(`/edits/${stuck.id}`);
     await expect(page.getByTestId('job-status')).toContainText('Needs review', { timeout: 30_000 });
 
@@ -150,8 +158,10 @@ test.describe.serial('people', () => {
     await page.getByLabel('Person').fill(FORGETFUL.email);
     await page.getByRole('button', { name: 'Search' }).click();
     await expect(page).toHaveURL(/user=forgetful%40studio\.test/);
-    await expect(page.getByTestId('job-row')).toHaveCount(1);
-    await expect(page.getByTestId('job-row')).toContainText(FORGETFUL.email);
+    const theirs = page.getByTestId('job-row');
+    await expect(theirs.first()).toBeVisible();
+    for (const row of await theirs.all()) await expect(row).toContainText(FORGETFUL.email);
+    await expect(page.getByTestId('count-all')).toHaveText(`All ${await theirs.count()}`);
 
     // Found by id.
     await page.goto(`/admin/jobs?find=${stuck.id}`);
@@ -159,9 +169,31 @@ test.describe.serial('people', () => {
     await expect(page.getByTestId('job-row')).toHaveCount(1);
     await page.getByTestId('job-row').getByRole('button', { name: 'Cancel and refund' }).click();
     await expect(page.getByTestId('job-status')).toContainText('Cancelled');
+    // The cancel leaves the parked record for a reviewer: settle it.
+    await page.goto(`/edits/${stuck.id}`);
+    await page.getByRole('link', { name: 'Open the record' }).click();
+    const accept = page.getByTestId('action-accept_failure');
+    await accept.getByLabel('Keep the hold booked at the estimate').check();
+    await accept.getByLabel('Evidence (required)').fill('The lost call was billed; the owner had cancelled.');
+    await accept.getByRole('button', { name: 'Accept the failure' }).click();
+    await expect(page.getByTestId('record-state')).toContainText('Closed');
     await page.setViewportSize({ width: 390, height: 844 });
     await page.goto('/admin/jobs');
     await noSidewaysScroll(page);
     await shot(page, '105-admin-jobs-phone');
+  });
+
+  test('an admin starts on the overview, and their menu is one line at 1280 px', async ({ page }) => {
+    await page.setViewportSize({ width: 1280, height: 800 });
+    await signIn(page, ADMIN, { landing: /\/admin$/ });
+    const tops = await page.getByRole('navigation', { name: 'Main' }).getByRole('link')
+      .evaluateAll((links) => links.map((l) => Math.round(l.getBoundingClientRect().top)));
+    expect(tops.length).toBe(8);
+    expect(new Set(tops).size).toBe(1);
+    await page.getByRole('link', { name: 'Tollgate', exact: true }).click();
+    await expect(page).toHaveURL(/\/admin$/);
+    await shot(page, '106-admin-home');
+    await page.emulateMedia({ colorScheme: 'dark' });
+    await shot(page, '107-admin-home-dark');
   });
 });

@@ -117,12 +117,13 @@ test.describe.serial('charge once', () => {
     await expect(page).toHaveURL(/\/admin\/jobs$/);
     await expect(page.getByTestId('jobs')).toContainText(PAINTER.email);
     await shot(page, '16-admin-jobs');
-    await page.getByRole('link', { name: 'Failed', exact: true }).click();
+    await page.getByTestId('count-failed').click();
+    await expect(page.getByTestId('count-failed')).toHaveText('Failed 1');
     await expect(page.getByTestId('jobs').locator('tbody tr')).toHaveCount(1);
-    await page.getByRole('link', { name: 'All', exact: true }).click();
+    await page.getByTestId('count-all').click();
     await page.getByTestId('jobs').getByRole('link', { name: /Origami/ }).click();
-    await expect(page.getByTestId('timeline')).toContainText(/claimed/i);
-    await expect(page.getByTestId('timeline')).toContainText(/settled/i);
+    await expect(page.getByTestId('timeline')).toContainText('Picked up by');
+    await expect(page.getByTestId('timeline')).toContainText(/hold became spend/);
     await expect(page.getByTestId('attempts')).toContainText('local-edit');
     await shot(page, '17-admin-timeline');
   });
@@ -135,7 +136,7 @@ test.describe.serial('charge once', () => {
     const other = await context.newPage();
     await signIn(other, { email: 'maya@studio.test', password: 'maya password 123' });
     await other.goto(`/edits/${id}`);
-    await expect(other.getByRole('alert')).toContainText('not found');
+    await expect(other.getByTestId('not-found')).toContainText('No such edit');
     expect((await other.request.get(`/v1/jobs/${id}`)).status()).toBe(404);
     await context.close();
   });

@@ -43,6 +43,14 @@ test('the API reference is one click from the tokens, and matches the document',
   await submit.getByRole('link', { name: 'JobRequestBody' }).click();
   await expect(page.locator('#schema-JobRequestBody')).toBeInViewport();
   await shot(page, '20-api-docs-operation');
+  // Each operation has a call to paste, the body made from the schema.
+  await submit.getByTestId('example').locator('summary').click();
+  const example = (await submit.getByTestId('example').locator('code').textContent());
+  expect(example).toContain('curl -X POST "$TOLLGATE_URL/v1/jobs"');
+  expect(example).toContain('Authorization: Bearer $TOLLGATE_TOKEN');
+  expect(example).toContain('Idempotency-Key');
+  const body = JSON.parse(example.match(/-d '(.*)'/s)[1]);
+  expect(typeof body.kind).toBe('string');
   expect(offsite).toEqual([]);
 
   // Readable on a phone, and open without signing in.
@@ -51,5 +59,8 @@ test('the API reference is one click from the tokens, and matches the document',
   await p2.goto(`${baseURL}/docs/api`);
   await expect(p2.getByRole('heading', { name: 'Tollgate API reference' })).toBeVisible();
   await p2.screenshot({ path: path.join(SHOTS, '21-api-docs-phone.png') });
+  // Nothing on it scrolls the page sideways.
+  const wide = await p2.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+  expect(wide).toBeLessThanOrEqual(0);
   await phone.close();
 });

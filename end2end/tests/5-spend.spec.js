@@ -40,6 +40,9 @@ test.describe.serial('spend', () => {
       data: { amount: 20, reason: 'spend demo' },
     });
     expect(grant.status()).toBe(201);
+    // Other specs may have left unpriced calls today: count from here.
+    const today = new Date().toISOString().slice(0, 10);
+    const before = (await (await page.request.get(`/v1/spend?from=${today}&to=${today}`)).json()).total.unpriced_attempts;
     const jobs = [
       await clip(page, baseURL, 'spend-priced', 'local-clip'),
       await clip(page, baseURL, 'spend-unpriced-1', 'local-unpriced'),
@@ -48,7 +51,6 @@ test.describe.serial('spend', () => {
     for (const j of jobs) expect((await settled(page, j.id)).status).toBe('succeeded');
 
     // The API counts the unpriced calls apart and never adds 0 for them.
-    const today = new Date().toISOString().slice(0, 10);
     const spend = await (await page.request.get(`/v1/spend?from=${today}&to=${today}`)).json();
     const unpricedModel = spend.models.find((m) => m.model === 'local-unpriced');
     expect(unpricedModel.unpriced_attempts).toBe(2);
@@ -57,7 +59,7 @@ test.describe.serial('spend', () => {
 
     await page.goto('/admin');
     await expect(page.getByTestId('today')).toBeVisible();
-    await expect(page.getByTestId('unpriced-today')).toContainText('2');
+    await expect(page.getByTestId('unpriced-today')).toContainText(String(before + 2));
     // The chart marks today's unpriced calls apart from the priced bars.
     await expect(page.getByTestId('chart')).toBeVisible();
     await expect(page.getByTestId('unpriced-mark').first()).toBeAttached();
@@ -69,9 +71,10 @@ test.describe.serial('spend', () => {
     await expect(page).toHaveURL(/\/admin\/spend\?.*unpriced=1/);
     await expect(page.getByTestId('range-total')).toContainText('unpriced');
     const rows = page.getByTestId('attempt-row');
-    await expect(rows).toHaveCount(2);
-    await expect(rows.first()).toContainText('local-unpriced');
-    await expect(rows.first()).toContainText('unpriced');
+    await expect(rows).toHaveCount(before + 2);
+    const ours = rows.filter({ hasText: 'local-unpriced' });
+    await expect(ours).toHaveCount(2);
+    await expect(ours.first()).toContainText('unpriced');
     await shot(page, '31-admin-spend-unpriced');
     // The CSV of the same range leaves an unpriced cost empty, never 0.
     const csvHref = await page.getByTestId('csv').getAttribute('href');
@@ -82,8 +85,59 @@ test.describe.serial('spend', () => {
     expect(unpricedLines.length).toBe(2);
     for (const l of unpricedLines) expect(l.split(',')[8]).toBe('');
 
-    await rows.first().getByTestId('timeline-link').click();
+    await ours.first().getByTestId('timeline-link').click();
     await expect(page.getByTestId('timeline')).toBeVisible();
+  });
+
+  test('spend by person and by token, the range marked, each share of the cap told once, and a forecast', async ({ page, playwright, baseURL }) => {
+    await signIn(page, ADMIN);
+    await page.goto('/account');
+    await page.getByLabel('Token name').fill('nightly batch');
+    await page.getByRole('button', { name: 'Create token' }).click();
+    const secret = (await page.locator('#new-secret').textContent()).trim();
+    const api = await playwright.request.newContext({ baseURL, extraHTTPHeaders: { authorization: `Bearer ${secret}` } });
+    const r = await api.post('/v1/jobs', {
+      headers: { 'Idempotency-Key': 'spend-by-token' },
+      data: { kind: 'video', prompt: 'a lantern in the fog', model: 'local-clip', duration_s: 2, resolution: '720p' },
+    });
+    expect(r.status()).toBe(201);
+    const job = await r.json();
+    await api.dispose();
+    expect((await settled(page, job.id)).status).toBe('succeeded');
+
+    const today = new Date().toISOString().slice(0, 10);
+    await page.goto(`/admin/spend?from=${today}&to=${today}`);
+    const quick = page.getByRole('navigation', { name: 'Quick ranges' });
+    await expect(quick.getByRole('link', { name: '1 day' })).toHaveAttribute('aria-current', 'page');
+    await expect(quick.getByRole('link', { name: '7 days' })).not.toHaveAttribute('aria-current', /.*/);
+    await expect(page.getByTestId('by-person')).toContainText(ADMIN.email);
+    const byToken = page.getByTestId('by-token');
+    await expect(byToken).toContainText('nightly batch');
+    await expect(byToken).toContainText('From the pages');
+    await shot(page, '35-spend-by-person-and-token');
+    await page.getByTestId('by-person').getByRole('link', { name: ADMIN.email }).click();
+    await expect(page).toHaveURL(/\/admin\/jobs\?user=/);
+
+    // Today's cap lowered below what was spent: the overview says each
+    // share was passed, once, and that the cap is reached.
+    const day = await (await page.request.get(`/v1/budget/${today}`)).json();
+    const lowered = await page.request.put(`/v1/budget/${today}`, {
+      headers: { Origin: baseURL }, data: { cap_usd: '0.01' },
+    });
+    expect(lowered.status()).toBe(200);
+    await page.goto('/admin');
+    await expect(page.getByTestId('thresholds')).toContainText('50% at');
+    await expect(page.getByTestId('thresholds')).toContainText('95% at');
+    await expect(page.getByTestId('forecast')).toContainText('The cap is reached');
+    await page.reload();
+    expect((await page.getByTestId('thresholds').textContent()).match(/50% at/g)).toHaveLength(1);
+    await shot(page, '36-admin-thresholds');
+    const restored = await page.request.put(`/v1/budget/${today}`, {
+      headers: { Origin: baseURL }, data: { cap_usd: day.cap_usd },
+    });
+    expect(restored.status()).toBe(200);
+    await page.goto('/admin');
+    await expect(page.getByTestId('forecast')).toContainText(/At today's rate so far|Nothing spent/);
   });
 
   test('a halted day stops the next paid call, and the person is told and refunded', async ({ page, browser, baseURL }) => {

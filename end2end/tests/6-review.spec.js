@@ -108,7 +108,8 @@ test.describe.serial('review', () => {
       await expect(page.getByTestId('record-state')).toContainText('Closed', { timeout: 1000 });
     }).toPass({ timeout: 30_000 });
     await expect(page.getByTestId('recovery')).toContainText('succeeded');
-    await expect(page.getByTestId('timeline')).toContainText('recovery_claimed');
+    await expect(page.getByTestId('timeline')).toContainText('A worker began what the reviewer approved: resume status checks');
+    await expect(page.getByTestId('recorded')).toContainText('recovery_claimed');
     await shot(page, '43-review-recovered');
 
     const after = await (await request.get(`${MOCK}/_mock/stats`)).json();

@@ -147,7 +147,7 @@ async fn submit_job(
     ApiJson(body): ApiJson<Value>,
 ) -> Result<Response> {
     let submission = t
-        .submit_job(who.user(), idempotency_key(&headers)?, &body)
+        .submit_job(who.user(), who.0.token(), idempotency_key(&headers)?, &body)
         .await?;
     submitted(&t, submission).await
 }
@@ -359,7 +359,13 @@ async fn submit_repair(
 ) -> Result<Response> {
     let id = job_id(&id)?;
     let submission = t
-        .submit_repair(who.user(), id, idempotency_key(&headers)?, &body)
+        .submit_repair(
+            who.user(),
+            who.0.token(),
+            id,
+            idempotency_key(&headers)?,
+            &body,
+        )
         .await?;
     submitted(&t, submission).await
 }

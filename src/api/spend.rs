@@ -2,7 +2,7 @@
 //! class and in total, unpriced calls apart; as CSV (`Accept: text/csv` or
 //! `format=csv`), one row per attempt, streamed.
 
-use crate::model::Usd;
+use crate::model::{ApiTokenId, Usd, UserId};
 use crate::store::AttemptListed;
 use crate::usecases::auth::{AdminOnly, Authorized};
 use crate::usecases::error::{Error, Result};
@@ -84,6 +84,27 @@ pub struct SpendClassObject {
     pub tally: TallyObject,
 }
 
+/// One person's spend over the range.
+#[derive(Serialize, ToSchema)]
+pub struct SpendPersonObject {
+    pub user_id: UserId,
+    pub email: String,
+    #[serde(flatten)]
+    pub tally: TallyObject,
+}
+
+/// What was ordered with one API token (`token_id` null: from the pages).
+#[derive(Serialize, ToSchema)]
+pub struct SpendTokenObject {
+    pub token_id: Option<ApiTokenId>,
+    /// The token's name, as its owner gave it (null: from the pages).
+    pub token_name: Option<String>,
+    pub revoked: bool,
+    pub owner_email: String,
+    #[serde(flatten)]
+    pub tally: TallyObject,
+}
+
 #[derive(Serialize, ToSchema)]
 pub struct SpendObject {
     #[schema(value_type = String, format = Date)]
@@ -93,6 +114,10 @@ pub struct SpendObject {
     pub days: Vec<SpendDayObject>,
     pub models: Vec<SpendModelObject>,
     pub error_classes: Vec<SpendClassObject>,
+    /// By the person whose work it was, most first.
+    pub people: Vec<SpendPersonObject>,
+    /// By the API token the work was ordered with, most first.
+    pub tokens: Vec<SpendTokenObject>,
     pub total: TallyObject,
 }
 
@@ -130,6 +155,26 @@ impl From<SpendReport> for SpendObject {
                 .map(|c| SpendClassObject {
                     error_class: c.error_class,
                     tally: c.tally.into(),
+                })
+                .collect(),
+            people: r
+                .people
+                .into_iter()
+                .map(|p| SpendPersonObject {
+                    user_id: p.user_id,
+                    email: p.email.to_string(),
+                    tally: p.tally.into(),
+                })
+                .collect(),
+            tokens: r
+                .tokens
+                .into_iter()
+                .map(|t| SpendTokenObject {
+                    token_id: t.token.as_ref().map(|k| k.id),
+                    token_name: t.token.as_ref().map(|k| k.name.clone()),
+                    revoked: t.token.as_ref().is_some_and(|k| k.revoked),
+                    owner_email: t.owner.to_string(),
+                    tally: t.tally.into(),
                 })
                 .collect(),
             total: r.total.into(),

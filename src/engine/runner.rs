@@ -1088,7 +1088,15 @@ impl Runner<'_, '_> {
         };
         Ok(match self.run.commit(vec![Op::BeginAttempt(new)]).await? {
             Applied::Refused => None,
-            _ => Some(a),
+            _ => {
+                // The hold may carry the day past a share worth telling.
+                if let Some(day) = a.budget_day {
+                    if let Err(e) = self.run.t.note_thresholds(day).await {
+                        tracing::warn!(error = %e, "could not note the day's spend thresholds");
+                    }
+                }
+                Some(a)
+            }
         })
     }
 

@@ -19,8 +19,8 @@ pub use records::{
     Exposure, Finish, Hold, Job, JobCursor, JobEvent, JobFilter, LedgerCursor, LedgerEntry,
     LedgerFilter, MetricsSnapshot, NewApiToken, NewAsset, NewAttempt, NewDecision, NewJob,
     NewLedgerEntry, NewParked, NewRepair, NewUser, Op, Parked, ParkedCount, ParkedCursor,
-    ParkedFilter, ParkedSort, ParkedStage, Purpose, Recovery, Remedy, Seek, SpendRow, Spender,
-    Submitted, Unit, User,
+    ParkedFilter, ParkedSort, ParkedStage, Purpose, Recovery, Remedy, Seek, SourceSpend, SpendRow,
+    Spender, Submitted, ThresholdCrossed, TokenLabel, Unit, User,
 };
 pub use records::{
     ClaimedDelivery, Delivery, DeliveryCursor, DeliveryFilter, DeliveryOutcome, NewWebhookEndpoint,
@@ -379,13 +379,14 @@ impl Store {
         dispatch!(self, s => s.revoke_api_token(user, id).await)
     }
 
-    /// The enabled user owning a live token with this hash, and notes its use
-    /// (at most once a minute, to keep reads from becoming writes).
+    /// The enabled user owning a live token with this hash, with the token's
+    /// id, and notes its use (at most once a minute, to keep reads from
+    /// becoming writes).
     pub async fn user_by_token_hash(
         &self,
         hash: &str,
         now: DateTime<Utc>,
-    ) -> StoreResult<Option<User>> {
+    ) -> StoreResult<Option<(User, ApiTokenId)>> {
         dispatch!(self, s => s.user_by_token_hash(hash, now).await)
     }
 
@@ -877,6 +878,30 @@ impl Store {
         since: DateTime<Utc>,
     ) -> StoreResult<Usd> {
         dispatch!(self, s => s.user_spend_on(user, day, since).await)
+    }
+
+    /// Writes down the shares of its cap `day` newly passed; returns them.
+    pub async fn note_thresholds(
+        &self,
+        day: NaiveDate,
+        shares: &[u32],
+        at: DateTime<Utc>,
+    ) -> StoreResult<Vec<u32>> {
+        dispatch!(self, s => s.note_thresholds(day, shares, at).await)
+    }
+
+    /// The shares of its cap `day` has passed, lowest first.
+    pub async fn thresholds_on(&self, day: NaiveDate) -> StoreResult<Vec<ThresholdCrossed>> {
+        dispatch!(self, s => s.thresholds_on(day).await)
+    }
+
+    /// Spend over a range by person and API token.
+    pub async fn spend_by_source(
+        &self,
+        from: NaiveDate,
+        to: NaiveDate,
+    ) -> StoreResult<Vec<SourceSpend>> {
+        dispatch!(self, s => s.spend_by_source(from, to).await)
     }
 
     /// The people whose work cost the most on a day.

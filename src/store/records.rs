@@ -185,6 +185,8 @@ pub struct NewJob {
     pub credits: Credits,
     pub estimated_usd: Usd,
     pub created_at: DateTime<Utc>,
+    /// The API token it was ordered with; `None` from the pages.
+    pub token_id: Option<ApiTokenId>,
 }
 
 /// What a submission found: a new job (charged), or the one already made
@@ -857,6 +859,41 @@ pub struct Spender {
     pub email: crate::model::Email,
     pub spent_usd: Usd,
     pub attempts: i64,
+}
+
+/// A day's spend passing a share of its cap, as first seen.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ThresholdCrossed {
+    pub day: chrono::NaiveDate,
+    pub percent: u32,
+    pub crossed_at: DateTime<Utc>,
+    /// Used plus held when it was seen, and the cap then.
+    pub booked_usd: Usd,
+    pub cap_usd: Usd,
+}
+
+/// What one source of work cost over a range: a person, and the API token
+/// they ordered with (`None`: from the pages, or before tokens were kept).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SourceSpend {
+    pub user_id: UserId,
+    pub email: crate::model::Email,
+    pub token: Option<TokenLabel>,
+    pub attempts: i64,
+    /// The sum of known costs only.
+    pub priced_usd: Usd,
+    pub priced: i64,
+    /// Finished attempts nobody could price.
+    pub unpriced: i64,
+}
+
+/// An API token as the spend page names it (never its secret).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct TokenLabel {
+    pub id: ApiTokenId,
+    pub name: String,
+    pub prefix: String,
+    pub revoked: bool,
 }
 
 #[derive(Clone, Debug, Default)]

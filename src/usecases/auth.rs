@@ -257,14 +257,14 @@ impl Tollgate {
             if !secret.starts_with(TOKEN_PREFIX) || secret.len() > 200 {
                 return Err(Error::Unauthenticated);
             }
-            let user = self
+            let (user, token) = self
                 .store()
                 .user_by_token_hash(&token_hash(secret), chrono::Utc::now())
                 .await?
                 .ok_or(Error::Unauthenticated)?;
             return Ok(Some(Principal {
                 user,
-                via: AuthVia::Token,
+                via: AuthVia::Token(token),
             }));
         }
         let Some(session) = parts.extensions.get::<Session>().cloned() else {
@@ -363,7 +363,8 @@ pub fn session_layer(
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AuthVia {
     Session,
-    Token,
+    /// The API token the request carried (what its jobs are spent under).
+    Token(crate::model::ApiTokenId),
 }
 
 /// A signed-in user, and how they proved it.
@@ -374,6 +375,14 @@ pub struct Principal {
 }
 
 impl Principal {
+    /// The API token behind this request; `None` for a page's session.
+    pub fn token(&self) -> Option<crate::model::ApiTokenId> {
+        match self.via {
+            AuthVia::Token(t) => Some(t),
+            AuthVia::Session => None,
+        }
+    }
+
     /// The one role check. Every guard, page and handler calls this.
     pub fn require(&self, role: Role) -> Result<()> {
         if self.user.role.allows(role) {

@@ -3,10 +3,12 @@
 
 use crate::model::Usd;
 use crate::model::UserId;
-use crate::store::{BudgetChange, BudgetChangeKind, BudgetChangeListed, BudgetDay, Spender};
+use crate::store::{
+    BudgetChange, BudgetChangeKind, BudgetChangeListed, BudgetDay, Spender, ThresholdCrossed,
+};
 use crate::usecases::error::{Error, Result};
 use crate::Tollgate;
-use chrono::{NaiveDate, Utc};
+use chrono::{DateTime, NaiveDate, Utc};
 
 /// Longest reason a halt may give.
 pub const HALT_REASON_LEN_MAX: usize = 500;
@@ -35,7 +37,74 @@ pub struct ShareUse {
 /// The people who spent the most today, at most this many, on the page.
 const SPENDERS_SHOWN: i64 = 20;
 
+/// The shares of a day's cap whose passing is told, once each.
+pub const THRESHOLDS: [u32; 3] = [50, 80, 95];
+
+/// When a day's cap is reached if spending goes on at the rate of the day
+/// so far (issue 33, 11).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CapForecast {
+    /// The day has no cap to reach.
+    NoCap,
+    /// Used and held are at the cap already.
+    Reached,
+    /// Nothing spent yet: no rate to go by.
+    Quiet,
+    /// Around then, today.
+    Around(DateTime<Utc>),
+    /// Not before the day ends.
+    NotToday,
+}
+
+/// The day's rate so far (booked over the time since its UTC midnight)
+/// carried on to the cap. Exact decimals; the answer is rounded to the
+/// second.
+pub fn cap_forecast(day: NaiveDate, cap: Usd, booked: Usd, now: DateTime<Utc>) -> CapForecast {
+    use rust_decimal::prelude::ToPrimitive;
+    if cap == Usd::ZERO {
+        return CapForecast::NoCap;
+    }
+    if booked >= cap {
+        return CapForecast::Reached;
+    }
+    if booked == Usd::ZERO {
+        return CapForecast::Quiet;
+    }
+    let start = day.and_time(chrono::NaiveTime::MIN).and_utc();
+    let end = start + chrono::Duration::days(1);
+    // At least a minute of history, so the first call is not a stampede.
+    let elapsed = (now - start).num_seconds().max(60);
+    let left = cap.decimal() - booked.decimal();
+    let seconds = (left * rust_decimal::Decimal::from(elapsed) / booked.decimal())
+        .round()
+        .to_i64()
+        .unwrap_or(i64::MAX);
+    match now.checked_add_signed(chrono::Duration::seconds(seconds.min(86_400 * 2))) {
+        Some(at) if at < end => CapForecast::Around(at),
+        _ => CapForecast::NotToday,
+    }
+}
+
 impl Tollgate {
+    /// Writes down each share of `day`'s cap (`THRESHOLDS`) its spend has
+    /// newly passed and logs it at warn: each is told once, whoever sees
+    /// it first (the workers as they reserve, the overview as it reads).
+    pub async fn note_thresholds(&self, day: NaiveDate) -> Result<Vec<u32>> {
+        let passed = self
+            .store()
+            .note_thresholds(day, &THRESHOLDS, Utc::now())
+            .await?;
+        for percent in &passed {
+            tracing::warn!(%day, percent, "the day's spend passed {percent}% of its cap");
+        }
+        Ok(passed)
+    }
+
+    /// The shares of its cap `day` has passed, lowest first.
+    pub async fn thresholds_on(&self, day: NaiveDate) -> Result<Vec<ThresholdCrossed>> {
+        Ok(self.store().thresholds_on(day).await?)
+    }
+
     /// One person's share of `day`'s cap (`TOLLGATE_USER_SHARE_PERCENT`),
     /// and the people whose work cost the most that day against it, most
     /// first: who is near their share (issue 29, 2).
@@ -156,4 +225,65 @@ fn checked_reason(reason: Option<&str>) -> Result<Option<String>> {
         ));
     }
     Ok(reason.map(str::to_string))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn usd(s: &str) -> Usd {
+        Usd::parse(s).unwrap()
+    }
+
+    fn at(h: u32, m: u32) -> DateTime<Utc> {
+        day().and_hms_opt(h, m, 0).unwrap().and_utc()
+    }
+
+    fn day() -> NaiveDate {
+        NaiveDate::from_ymd_opt(2026, 12, 5).unwrap()
+    }
+
+    #[test]
+    fn the_rate_so_far_carries_on_to_the_cap() {
+        // $10 by 06:00 is $40 a day: $20 is reached at noon.
+        assert_eq!(
+            cap_forecast(day(), usd("20"), usd("10"), at(6, 0)),
+            CapForecast::Around(at(12, 0))
+        );
+        // $5 by 12:00 is $10 a day: $20 is not reached today.
+        assert_eq!(
+            cap_forecast(day(), usd("20"), usd("5"), at(12, 0)),
+            CapForecast::NotToday
+        );
+    }
+
+    #[test]
+    fn no_cap_no_spend_and_a_full_day_say_so() {
+        assert_eq!(
+            cap_forecast(day(), Usd::ZERO, usd("1"), at(1, 0)),
+            CapForecast::NoCap
+        );
+        assert_eq!(
+            cap_forecast(day(), usd("5"), Usd::ZERO, at(1, 0)),
+            CapForecast::Quiet
+        );
+        assert_eq!(
+            cap_forecast(day(), usd("5"), usd("5"), at(1, 0)),
+            CapForecast::Reached
+        );
+        assert_eq!(
+            cap_forecast(day(), usd("5"), usd("7"), at(1, 0)),
+            CapForecast::Reached
+        );
+    }
+
+    #[test]
+    fn the_first_seconds_of_a_day_are_not_a_stampede() {
+        // One cent at 00:00:01 is read as a cent a minute at most.
+        let early = day().and_hms_opt(0, 0, 1).unwrap().and_utc();
+        assert_eq!(
+            cap_forecast(day(), usd("50"), usd("0.01"), early),
+            CapForecast::NotToday
+        );
+    }
 }

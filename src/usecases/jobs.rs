@@ -4,8 +4,8 @@
 //! execution by id only (a doorbell); nothing runs jobs yet.
 
 use crate::model::{
-    parse_request, quote, Happening, JobId, JobKind, JobRequest, JobStatus, LineageState, Quote,
-    Role, UserId,
+    parse_request, quote, ApiTokenId, Happening, JobId, JobKind, JobRequest, JobStatus,
+    LineageState, Quote, Role, UserId,
 };
 use crate::store::{
     Attempt, Job, JobCursor, JobEvent, JobFilter, NewJob, Seek, StoreError, Submitted, User,
@@ -154,10 +154,13 @@ impl Tollgate {
 
     /// Rule 1: one key and one body make one job. Same key and same body
     /// return the first job; same key and another body is a conflict; a
-    /// balance that cannot pay makes no job at all.
+    /// balance that cannot pay makes no job at all. `token` is the API token
+    /// it was ordered with (what its spend is counted under), `None` from
+    /// the pages.
     pub async fn submit_job(
         &self,
         user: &User,
+        token: Option<ApiTokenId>,
         key: Option<&str>,
         body: &serde_json::Value,
     ) -> Result<Submission> {
@@ -194,6 +197,7 @@ impl Tollgate {
             credits: q.credits,
             estimated_usd: q.estimated_usd,
             created_at: Utc::now(),
+            token_id: token,
         };
         match self.store().submit_job(&new).await {
             Ok(Submitted::Created(job)) => {

@@ -4,7 +4,7 @@
 //! found issues) and refunded if it fails, at most two per lineage, made on the version the
 //! person has now; and the lineage they can follow.
 
-use crate::model::{parse_repair, quote, JobId, JobKind, JobStatus, LineageState};
+use crate::model::{parse_repair, quote, ApiTokenId, JobId, JobKind, JobStatus, LineageState};
 use crate::store::{Job, NewJob, NewRepair, StoreError, Submitted, User};
 use crate::usecases::error::{Error, Result};
 use crate::usecases::jobs::{check_idempotency_key, Admitted, Submission};
@@ -18,6 +18,7 @@ impl Tollgate {
     pub async fn submit_repair(
         &self,
         user: &User,
+        token: Option<ApiTokenId>,
         of: JobId,
         key: Option<&str>,
         body: &serde_json::Value,
@@ -57,6 +58,7 @@ impl Tollgate {
                 credits: q.credits,
                 estimated_usd: q.estimated_usd,
                 created_at: Utc::now(),
+                token_id: token,
             },
             root: job.root(),
             instruction,

@@ -4,8 +4,10 @@
 //! zero; the day's breaker (rule 11) beside it; and the attempts behind the
 //! numbers, a page at a time or as CSV.
 
-use crate::model::{AttemptState, Usd};
-use crate::store::{AttemptCursor, AttemptFilter, AttemptListed, Exposure, SpendRow};
+use crate::model::{AttemptState, Email, Usd, UserId};
+use crate::store::{
+    AttemptCursor, AttemptFilter, AttemptListed, Exposure, SourceSpend, SpendRow, TokenLabel,
+};
 use crate::usecases::budget::parse_day_field;
 use crate::usecases::cursor::{self, Page, Position};
 use crate::usecases::error::{Error, Result};
@@ -35,6 +37,13 @@ impl Tally {
         self.priced_usd = self.priced_usd.plus(r.priced_usd);
         self.priced += r.priced;
         self.unpriced += r.unpriced;
+    }
+
+    fn merge(&mut self, o: &Tally) {
+        self.attempts += o.attempts;
+        self.priced_usd = self.priced_usd.plus(o.priced_usd);
+        self.priced += o.priced;
+        self.unpriced += o.unpriced;
     }
 
     /// Attempts sent whose outcome and cost are not known yet (still
@@ -99,7 +108,63 @@ pub struct SpendReport {
     pub days: Vec<SpendDay>,
     pub models: Vec<SpendModel>,
     pub classes: Vec<SpendClass>,
+    /// By the person whose work it was, most first.
+    pub people: Vec<PersonSpend>,
+    /// By the API token the work was ordered with; `token: None` is what
+    /// people ordered from the pages.
+    pub tokens: Vec<TokenSpend>,
     pub total: Tally,
+}
+
+#[derive(Clone, Debug)]
+pub struct PersonSpend {
+    pub user_id: UserId,
+    pub email: Email,
+    pub tally: Tally,
+}
+
+#[derive(Clone, Debug)]
+pub struct TokenSpend {
+    pub owner: Email,
+    pub token: Option<TokenLabel>,
+    pub tally: Tally,
+}
+
+/// Spend by person and by token, each most first. Priced spend orders
+/// them; a source with unpriced calls is never ranked as if it cost
+/// nothing, it keeps its count beside its dollars.
+fn by_source(rows: Vec<SourceSpend>) -> (Vec<PersonSpend>, Vec<TokenSpend>) {
+    let mut people: BTreeMap<UserId, PersonSpend> = BTreeMap::new();
+    let mut tokens = Vec::with_capacity(rows.len());
+    for r in rows {
+        let tally = Tally {
+            attempts: r.attempts,
+            priced_usd: r.priced_usd,
+            priced: r.priced,
+            unpriced: r.unpriced,
+        };
+        let person = people.entry(r.user_id).or_insert_with(|| PersonSpend {
+            user_id: r.user_id,
+            email: r.email.clone(),
+            tally: Tally::default(),
+        });
+        person.tally.merge(&tally);
+        tokens.push(TokenSpend {
+            owner: r.email,
+            token: r.token,
+            tally,
+        });
+    }
+    let rank = |t: &Tally| {
+        (
+            std::cmp::Reverse(t.priced_usd),
+            std::cmp::Reverse(t.unpriced),
+        )
+    };
+    let mut people: Vec<PersonSpend> = people.into_values().collect();
+    people.sort_by_key(|p| rank(&p.tally));
+    tokens.sort_by_key(|t| rank(&t.tally));
+    (people, tokens)
 }
 
 /// `from` and `to` (both included), at most a year apart.
@@ -207,9 +272,12 @@ impl Tollgate {
             classes.entry(r.error_class.clone()).or_default().add(r);
             total.add(r);
         }
+        let (people, tokens) = by_source(self.store().spend_by_source(from, to).await?);
         Ok(SpendReport {
             from,
             to,
+            people,
+            tokens,
             days,
             models: models
                 .into_iter()

@@ -596,6 +596,8 @@ pub struct ApiOperation {
     /// (media type, schema as words)
     pub body: Vec<(String, String)>,
     pub responses: Vec<ApiResponse>,
+    /// A `curl` command that makes the call, built from the document.
+    pub example: String,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -759,7 +761,7 @@ mod reference {
         for (path, item) in paths {
             for (method, op) in item.as_object().into_iter().flatten() {
                 let tag = op["tags"][0].as_str().unwrap_or("other").to_string();
-                let operation = operation(path, method, op);
+                let operation = operation(path, method, op, doc);
                 match groups.iter_mut().find(|g| g.tag == tag) {
                     Some(g) => g.operations.push(operation),
                     None => groups.push(ApiGroup {
@@ -778,8 +780,9 @@ mod reference {
         }
     }
 
-    fn operation(path: &str, method: &str, op: &Value) -> ApiOperation {
+    fn operation(path: &str, method: &str, op: &Value, doc: &Value) -> ApiOperation {
         ApiOperation {
+            example: example::curl(path, method, op, doc),
             id: text(&op["operationId"]),
             method: method.to_uppercase(),
             path: path.to_string(),
@@ -809,6 +812,156 @@ mod reference {
                 .flatten()
                 .map(|(status, r)| response(status, r))
                 .collect(),
+        }
+    }
+
+    /// Examples people can paste: the call as `curl`, with a body made
+    /// from the schema (its own examples where it has them, else a value
+    /// of the right kind), only the required fields, tokens as variables.
+    mod example {
+        use serde_json::{json, Map, Value};
+
+        pub fn curl(path: &str, method: &str, op: &Value, doc: &Value) -> String {
+            let mut lines = vec![format!(
+                "curl -X {} \"$TOLLGATE_URL{}\"",
+                method.to_uppercase(),
+                path_with_samples(path)
+            )];
+            if op["security"].is_array() {
+                lines.push("-H \"Authorization: Bearer $TOLLGATE_TOKEN\"".into());
+            }
+            let wants_key = op["parameters"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|p| p["in"] == "header" && p["name"].as_str() == Some("Idempotency-Key"));
+            if wants_key {
+                lines.push("-H \"Idempotency-Key: $(uuidgen)\"".into());
+            }
+            let content = op["requestBody"]["content"].as_object();
+            if let Some((media, m)) = content.and_then(|c| c.iter().next()) {
+                if media == "application/json" {
+                    let body = sample(&m["schema"], doc, 0);
+                    lines.push("-H \"Content-Type: application/json\"".into());
+                    lines.push(format!("-d '{body}'"));
+                } else {
+                    lines.push(format!("-H \"Content-Type: {}\"", upload_type(media)));
+                    lines.push("--data-binary @photo.jpg".into());
+                }
+            }
+            lines.join(" \\\n  ")
+        }
+
+        fn upload_type(media: &str) -> &str {
+            if media.ends_with("/*") || media == "application/octet-stream" {
+                "image/jpeg"
+            } else {
+                media
+            }
+        }
+
+        /// `/v1/jobs/{id}` with a made-up id in place.
+        fn path_with_samples(path: &str) -> String {
+            let mut out = String::new();
+            let mut rest = path;
+            while let Some(open) = rest.find('{') {
+                let Some(close) = rest[open..].find('}') else {
+                    break;
+                };
+                out.push_str(&rest[..open]);
+                let name = &rest[open + 1..open + close];
+                out.push_str(match name {
+                    "day" => "2026-12-01",
+                    _ => "0b9c0f6e-7d4a-4c1e-9f3b-2a5d8e6c1f70",
+                });
+                rest = &rest[open + close + 1..];
+            }
+            out.push_str(rest);
+            out
+        }
+
+        /// A value the schema accepts (bounded in depth: schemas refer to
+        /// each other).
+        pub fn sample(v: &Value, doc: &Value, depth: u8) -> Value {
+            named(v, doc, depth, "")
+        }
+
+        /// `name` is the field's, for a plausible string ("url" is a URL).
+        fn named(v: &Value, doc: &Value, depth: u8, name: &str) -> Value {
+            if depth > 12 {
+                return Value::Null;
+            }
+            if let Some(schema) = v["$ref"].as_str().and_then(|r| r.rsplit('/').next()) {
+                return named(&doc["components"]["schemas"][schema], doc, depth + 1, name);
+            }
+            if !v["example"].is_null() {
+                return v["example"].clone();
+            }
+            if let Some(first) = v["examples"].as_array().and_then(|e| e.first()) {
+                return first.clone();
+            }
+            if let Some(first) = v["enum"].as_array().and_then(|e| e.first()) {
+                return first.clone();
+            }
+            if let Some(first) = ["oneOf", "anyOf", "allOf"]
+                .iter()
+                .find_map(|k| v[*k].as_array().and_then(|a| a.first()))
+            {
+                return named(first, doc, depth + 1, name);
+            }
+            let ty = match &v["type"] {
+                Value::String(t) => t.as_str(),
+                Value::Array(ts) => ts
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .find(|t| *t != "null")
+                    .unwrap_or("null"),
+                _ if v["properties"].is_object() => "object",
+                _ => "null",
+            };
+            match ty {
+                "object" => object(v, doc, depth),
+                "array" => json!([sample(&v["items"], doc, depth + 1)]),
+                "integer" | "number" => v["minimum"]
+                    .as_i64()
+                    .map(|m| json!(m.max(1)))
+                    .unwrap_or(json!(1)),
+                "boolean" => json!(true),
+                "string" => json!(string(v, name)),
+                _ => Value::Null,
+            }
+        }
+
+        fn object(v: &Value, doc: &Value, depth: u8) -> Value {
+            let required: Vec<&str> = v["required"]
+                .as_array()
+                .map(|r| r.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            let mut out = Map::new();
+            for (name, p) in v["properties"].as_object().into_iter().flatten() {
+                if required.contains(&name.as_str()) {
+                    out.insert(name.clone(), named(p, doc, depth + 1, name));
+                }
+            }
+            Value::Object(out)
+        }
+
+        fn string(v: &Value, name: &str) -> &'static str {
+            match name {
+                "url" | "webhook_url" => return "https://hooks.example.com/tollgate",
+                "reason" => return "the provider's invoice looks wrong",
+                "instruction" => return "make the stitches finer",
+                "prompt" => return "a paper boat on a pond",
+                _ => {}
+            }
+            match v["format"].as_str() {
+                Some("uuid") => "0b9c0f6e-7d4a-4c1e-9f3b-2a5d8e6c1f70",
+                Some("date") => "2026-12-01",
+                Some("date-time") => "2026-12-01T12:00:00Z",
+                Some("uri") => "https://hooks.example.com/tollgate",
+                Some("email") => "someone@example.com",
+                _ => "text",
+            }
         }
     }
 

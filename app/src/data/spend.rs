@@ -51,6 +51,11 @@ pub struct ChartBar {
 pub struct Overview {
     pub today: DayRow,
     pub warning_percent: u32,
+    /// Each share of today's cap passed (told once), and when: "50% at
+    /// 10:02 UTC".
+    pub passed: Vec<String>,
+    /// When today's cap is reached at the day's rate so far, in words.
+    pub forecast: String,
     /// Holds kept by parked jobs (the calls may have been paid).
     pub parked_holds: i64,
     pub parked_hold: String,
@@ -136,6 +141,10 @@ pub struct SpendView {
     pub days: Vec<DayRow>,
     pub models: Vec<TallyRow>,
     pub classes: Vec<TallyRow>,
+    /// By person (key: their email, for the Jobs page's filter).
+    pub people: Vec<TallyRow>,
+    /// By API token, and what people ordered from the pages.
+    pub tokens: Vec<TallyRow>,
     pub total: String,
     pub total_attempts: i64,
     pub total_unpriced: i64,
@@ -374,9 +383,20 @@ pub async fn load_overview() -> Result<Overview, ServerFnError> {
             }
         })
         .collect();
+    // Settled costs can carry the day past a share too: looking tells it.
+    t.note_thresholds(to).await.map_err(fail)?;
+    let passed = t
+        .thresholds_on(to)
+        .await
+        .map_err(fail)?
+        .iter()
+        .map(|c| format!("{}% at {} UTC", c.percent, c.crossed_at.format("%H:%M")))
+        .collect();
     Ok(Overview {
         today: day_row(today, &emails),
         warning_percent: t.config().spend_warning_percent,
+        passed,
+        forecast: forecast_words(today),
         parked_holds: exposure.parked_holds,
         parked_hold: exposure.parked_hold_usd.dollars(),
         submitting: exposure.submitting,
@@ -388,6 +408,25 @@ pub async fn load_overview() -> Result<Overview, ServerFnError> {
         from: from.to_string(),
         to: to.to_string(),
     })
+}
+
+/// When today's cap is reached at the rate of the day so far, in words.
+#[cfg(feature = "ssr")]
+fn forecast_words(d: &tollgate::usecases::spend::SpendDay) -> String {
+    use tollgate::usecases::budget::{cap_forecast, CapForecast};
+    let booked = d.used_usd.plus(d.reserved_usd);
+    match cap_forecast(d.day, d.cap_usd, booked, chrono::Utc::now()) {
+        CapForecast::NoCap => "No cap today: nothing stops paid calls.".into(),
+        CapForecast::Reached => {
+            "The cap is reached: paid calls wait for tomorrow or a raise.".into()
+        }
+        CapForecast::Quiet => "Nothing spent yet today.".into(),
+        CapForecast::Around(at) => format!(
+            "At today's rate so far, the cap is reached around {} UTC.",
+            at.format("%H:%M")
+        ),
+        CapForecast::NotToday => "At today's rate so far, the cap is not reached today.".into(),
+    }
 }
 
 #[server]
@@ -447,12 +486,46 @@ pub async fn load_spend(filters: SpendFilters) -> Result<SpendView, ServerFnErro
                 unpriced: c.tally.unpriced,
             })
             .collect(),
+        people: report
+            .people
+            .iter()
+            .map(|p| TallyRow {
+                label: p.email.to_string(),
+                key: p.email.to_string(),
+                attempts: p.tally.attempts,
+                spend: p.tally.words(),
+                unpriced: p.tally.unpriced,
+            })
+            .collect(),
+        tokens: report.tokens.iter().map(token_row).collect(),
         total: report.total.words(),
         total_attempts: report.total.attempts,
         total_unpriced: report.total.unpriced,
         attempts: super::paged(page, |a| attempt_row(&a)),
         csv_href: format!("/v1/spend?from={from}&to={to}&format=csv"),
     })
+}
+
+/// A token's spend, named as its owner knows it: "ci (tg_3fa…) · ana@…".
+#[cfg(feature = "ssr")]
+fn token_row(t: &tollgate::usecases::spend::TokenSpend) -> TallyRow {
+    let label = match &t.token {
+        Some(k) => format!(
+            "{} ({}…){} · {}",
+            k.name,
+            k.prefix,
+            if k.revoked { ", revoked" } else { "" },
+            t.owner
+        ),
+        None => format!("From the pages · {}", t.owner),
+    };
+    TallyRow {
+        label,
+        key: t.owner.to_string(),
+        attempts: t.tally.attempts,
+        spend: t.tally.words(),
+        unpriced: t.tally.unpriced,
+    }
 }
 
 #[server]

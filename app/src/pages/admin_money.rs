@@ -96,6 +96,11 @@ fn OverviewView(o: Overview) -> impl IntoView {
                 <div class="money-value">{d.cap.clone()}</div>
                 {meter(&d, meter_label)}
                 <div class="small muted">{format!("{}% used or held", d.percent)}</div>
+                {(!o.passed.is_empty()).then(|| view! {
+                    <div class="small" data-testid="thresholds">
+                        "Passed " {o.passed.join(" · ")}
+                    </div>
+                })}
             </div>
             <div class="card money-tile">
                 <div class="stat-label">"Used"</div>
@@ -111,6 +116,7 @@ fn OverviewView(o: Overview) -> impl IntoView {
                 <div class="stat-label">"Remaining"</div>
                 <div class="money-value">{d.remaining.clone()}</div>
                 <div class="small muted">{day_state(&d)}</div>
+                <div class="small" data-testid="forecast">{o.forecast.clone()}</div>
             </div>
         </section>
         <section class="money-grid money-grid-2">
@@ -339,6 +345,16 @@ fn SpendViewPage(v: SpendView, filters: SpendFilters) -> impl IntoView {
                 </section>
             </div>
         </div>
+        <div class="grid-2">
+            <section class="card">
+                <h2 class="card-title">"By person"</h2>
+                <TallyTable rows=v.people.clone() what="Person" param="user" testid="by-person" base=base.clone() />
+            </section>
+            <section class="card">
+                <h2 class="card-title">"By API token"</h2>
+                <TallyTable rows=v.tokens.clone() what="Token · owner" param="user" testid="by-token" base=base.clone() />
+            </section>
+        </div>
         <section class="card" id="attempts">
             <div class="page-head-row">
                 <h2 class="card-title">"Attempts"</h2>
@@ -378,21 +394,25 @@ fn RangeTotals(v: SpendView) -> impl IntoView {
 #[component]
 fn RangeForm(from: String, to: String) -> impl IntoView {
     let last = chrono::NaiveDate::parse_from_str(&to, "%Y-%m-%d").unwrap_or_default();
-    let range = |days: i64| {
-        format!(
+    let first = chrono::NaiveDate::parse_from_str(&from, "%Y-%m-%d").unwrap_or_default();
+    let shown = (last - first).num_days() + 1;
+    // The quick range the page shows is marked as the current one.
+    let quick = [
+        ("1 day", 1),
+        ("7 days", 7),
+        ("30 days", 30),
+        ("90 days", 90),
+    ]
+    .into_iter()
+    .map(|(label, days)| {
+        let href = format!(
             "/admin/spend?from={}&to={}",
             last - chrono::Duration::days(days - 1),
             last
-        )
-    };
-    let quick = [
-        ("1 day", range(1)),
-        ("7 days", range(7)),
-        ("30 days", range(30)),
-        ("90 days", range(90)),
-    ]
-    .into_iter()
-    .map(|(label, href)| view! { <a class="nav-link" href=href>{label}</a> })
+        );
+        let here = (days == shown).then_some("page");
+        view! { <a class="nav-link" href=href aria-current=here>{label}</a> }
+    })
     .collect_view();
     view! {
         <section class="card">
@@ -439,8 +459,8 @@ fn DayTable(days: Vec<DayRow>) -> impl IntoView {
     }
 }
 
-/// Spend by one key (a model, or an error class), each row filtering the
-/// attempts below by it.
+/// Spend by one key (a model, an error class, a person or a token), each
+/// row filtering the attempts below by it, or opening the person's jobs.
 #[component]
 fn TallyTable(
     rows: Vec<TallyRow>,
@@ -458,9 +478,14 @@ fn TallyTable(
             let mut f = base.clone();
             match param {
                 "model" => f.model = Some(r.key.clone()),
-                _ => f.class = Some(if r.key.is_empty() { String::new() } else { r.key.clone() }),
+                "class" => f.class = Some(if r.key.is_empty() { String::new() } else { r.key.clone() }),
+                _ => {}
             }
-            let href = format!("/admin/spend?{}#attempts", f.query());
+            // A person's row opens their jobs; the others filter the attempts.
+            let href = match param {
+                "user" => format!("/admin/jobs?user={}", urlencoding::encode(&r.key)),
+                _ => format!("/admin/spend?{}#attempts", f.query()),
+            };
             let link = !(param == "class" && r.key.is_empty());
             view! {
                 <tr>

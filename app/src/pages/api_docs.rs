@@ -181,6 +181,10 @@ fn Operation(op: ApiOperation, schemas: Vec<String>) -> impl IntoView {
             </p>
             {params}
             {body}
+            <details class="api-example" data-testid="example">
+                <summary class="small">"Example"</summary>
+                <pre class="code-block"><code>{op.example.clone()}</code></pre>
+            </details>
             <h4>"Responses"</h4>
             <div class="table-wrap">
                 <table class="table">

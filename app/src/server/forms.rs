@@ -65,6 +65,15 @@ fn safe_next(next: &str) -> &str {
     tollgate::usecases::auth::safe_redirect(next)
 }
 
+/// Where a sign-in lands: the page the person was sent away from, or
+/// else their role's home.
+fn after_sign_in(next: &str, role: tollgate::model::Role) -> &str {
+    match safe_next(next) {
+        safe if !next.is_empty() && safe == next => safe,
+        _ => crate::app::home_of(role),
+    }
+}
+
 #[derive(Deserialize)]
 pub struct SetupForm {
     #[serde(default)]
@@ -147,7 +156,7 @@ async fn login(
                 return report(&session, e, "/login").await;
             }
             tracing::info!(user = %user.id, "signed in");
-            Redirect::to(safe_next(&f.next))
+            Redirect::to(after_sign_in(&f.next, user.role))
         }
         Err(e) => {
             // An anonymous failure writes no session row: what went wrong
@@ -543,7 +552,7 @@ async fn repair_edit(
         let id = id.parse::<JobId>().map_err(|_| Error::NotFound("edit"))?;
         let Form(f) = form.map_err(unreadable)?;
         let body = serde_json::json!({"instruction": f.instruction});
-        t.submit_repair(who.user(), id, Some(f.key.as_str()), &body)
+        t.submit_repair(who.user(), None, id, Some(f.key.as_str()), &body)
             .await
     }
     .await;

@@ -69,7 +69,8 @@ pub async fn role_guard(State(t): State<Tollgate>, req: Request, next: Next) -> 
     };
     let is_get = parts.method == Method::GET;
     if is_get {
-        if let Some(elsewhere) = sign_in_redirect(&t, &path, principal.is_some()).await {
+        let role = principal.as_ref().map(|p| p.user.role);
+        if let Some(elsewhere) = sign_in_redirect(&t, &path, role).await {
             return elsewhere;
         }
     }
@@ -103,12 +104,25 @@ pub async fn role_guard(State(t): State<Tollgate>, req: Request, next: Next) -> 
     }
 }
 
-/// The sign-in and set-up pages send a person where they belong: someone
-/// signed in to their edits, anyone to set-up while no admin exists, and
-/// nobody to set-up once one does.
-async fn sign_in_redirect(t: &Tollgate, path: &str, signed_in: bool) -> Option<Response> {
+/// The front door, sign-in and set-up pages send a person where they
+/// belong: someone signed in to their role's home, anyone to set-up while
+/// no admin exists, and nobody to set-up once one does.
+async fn sign_in_redirect(
+    t: &Tollgate,
+    path: &str,
+    role: Option<tollgate::model::Role>,
+) -> Option<Response> {
+    match (path, role) {
+        ("/" | "/login", Some(role)) => {
+            Some(Redirect::to(crate::app::home_of(role)).into_response())
+        }
+        ("/", None) => Some(Redirect::to("/login").into_response()),
+        _ => sign_in_or_set_up(t, path).await,
+    }
+}
+
+async fn sign_in_or_set_up(t: &Tollgate, path: &str) -> Option<Response> {
     match path {
-        "/login" if signed_in => Some(Redirect::to("/edits").into_response()),
         "/login" if t.setup_needed().await.unwrap_or(false) => {
             Some(Redirect::to("/setup").into_response())
         }

@@ -249,13 +249,13 @@ impl Backend {
         Ok(r.rows_affected() == 1)
     }
 
-    /// The enabled owner of a live token; its use is noted at most once a
-    /// minute, so that reads do not become writes.
+    /// The enabled owner of a live token, and the token's id; its use is
+    /// noted at most once a minute, so that reads do not become writes.
     pub async fn user_by_token_hash(
         &self,
         hash: &str,
         now: DateTime<Utc>,
-    ) -> StoreResult<Option<User>> {
+    ) -> StoreResult<Option<(User, ApiTokenId)>> {
         let sql = "SELECT t.id AS token_id, t.last_used_at, u.id, u.email, u.role, u.disabled, \
                    u.balance, u.created_at, u.sessions_valid_after FROM api_tokens t JOIN users u ON u.id = t.user_id \
                    WHERE t.token_hash = $1 AND t.revoked_at IS NULL AND u.disabled = $2";
@@ -268,8 +268,8 @@ impl Backend {
             return Ok(None);
         };
         let last_used: Option<DateTime<Utc>> = row.try_get("last_used_at")?;
+        let token_id: uuid::Uuid = row.try_get("token_id")?;
         if last_used.is_none_or(|t| now - t > Duration::minutes(1)) {
-            let token_id: uuid::Uuid = row.try_get("token_id")?;
             sqlx::query("UPDATE api_tokens SET last_used_at = $1 WHERE id = $2")
                 .bind(now)
                 .bind(token_id)
@@ -277,7 +277,7 @@ impl Backend {
                 .await?;
             self.committed(Purpose::Other, 1);
         }
-        user_from_row(&row).map(Some)
+        Ok(Some((user_from_row(&row)?, ApiTokenId(token_id))))
     }
 
     // ---- ledger ----

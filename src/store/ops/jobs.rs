@@ -106,7 +106,7 @@ impl Backend {
         let mut tx = self.writer.begin().await?;
         let sql = format!(
             "INSERT INTO jobs (id, user_id, kind, status, request, request_sha256, idempotency_key, credits, \
-             estimated_usd, created_at) VALUES ($1, $2, $3, 'queued', $4, $5, $6, $7, $8, $9) \
+             estimated_usd, created_at, token_id) VALUES ($1, $2, $3, 'queued', $4, $5, $6, $7, $8, $9, $10) \
              ON CONFLICT (user_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING \
              RETURNING {JOB_COLUMNS}"
         );
@@ -120,6 +120,7 @@ impl Backend {
             .bind(new.credits.0)
             .bind(new.estimated_usd)
             .bind(new.created_at)
+            .bind(new.token_id.map(|t| t.0))
             .fetch_optional(&mut *tx)
             .await?;
         let Some(row) = row else {

@@ -31,8 +31,8 @@ impl Backend {
         let free = free_repair_in(&mut tx, delivered).await?;
         let sql = format!(
             "INSERT INTO jobs (id, user_id, kind, status, request, request_sha256, idempotency_key, credits, \
-             estimated_usd, created_at, lineage_root, repair_of, instruction) \
-             VALUES ($1, $2, $3, 'queued', $4, $5, $6, $7, $8, $9, $10, $11, $12) \
+             estimated_usd, created_at, lineage_root, repair_of, instruction, token_id) \
+             VALUES ($1, $2, $3, 'queued', $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) \
              ON CONFLICT (user_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING \
              RETURNING {JOB_COLUMNS}"
         );
@@ -49,6 +49,7 @@ impl Backend {
             .bind(new.root.0)
             .bind(delivered)
             .bind(&new.instruction)
+            .bind(j.token_id.map(|t| t.0))
             .fetch_optional(&mut *tx)
             .await?;
         let Some(row) = row else {

@@ -345,8 +345,8 @@ async fn insert_new_attempt_job(
 ) -> StoreResult<()> {
     sqlx::query(
         "INSERT INTO jobs (id, user_id, kind, status, request, request_sha256, idempotency_key, \
-         credits, estimated_usd, created_at, replaces) \
-         SELECT $1, user_id, kind, 'queued', request, request_sha256, NULL, credits, estimated_usd, $2, id \
+         credits, estimated_usd, created_at, replaces, token_id) \
+         SELECT $1, user_id, kind, 'queued', request, request_sha256, NULL, credits, estimated_usd, $2, id, token_id \
          FROM jobs WHERE id = $3",
     )
     .bind(new_job.0)

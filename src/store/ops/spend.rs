@@ -188,6 +188,115 @@ impl Backend {
         Ok(usd.unwrap_or(Usd::ZERO))
     }
 
+    /// Writes down each of `shares` (percentages of the cap) that `day`'s
+    /// used plus held has reached and that nobody wrote before; returns the
+    /// ones this call wrote, so each is told once however many workers
+    /// look at the same moment (the key decides). Every paid call looks, so
+    /// the look is a read: only a share that is due costs a write.
+    pub async fn note_thresholds(
+        &self,
+        day: NaiveDate,
+        shares: &[u32],
+        at: DateTime<Utc>,
+    ) -> StoreResult<Vec<u32>> {
+        let due = self.thresholds_due(day, shares).await?;
+        let mut written = Vec::new();
+        for percent in due {
+            let hit = sqlx::query(
+                "INSERT INTO budget_thresholds (day, percent, crossed_at, booked_usd, cap_usd) \
+                 SELECT day, $2, $3, used_usd + reserved_usd, cap_usd FROM budget_days \
+                 WHERE day = $1 AND cap_usd > 0 AND (used_usd + reserved_usd) * 100 >= cap_usd * $2 \
+                 ON CONFLICT (day, percent) DO NOTHING",
+            )
+            .bind(day)
+            .bind(percent)
+            .bind(at)
+            .execute(&self.writer)
+            .await?;
+            if hit.rows_affected() == 1 {
+                self.committed(Purpose::Other, 1);
+                written.push(u32::try_from(percent).map_err(corrupt)?);
+            }
+        }
+        Ok(written)
+    }
+
+    /// The shares `day` has reached and nobody wrote down yet.
+    async fn thresholds_due(&self, day: NaiveDate, shares: &[u32]) -> StoreResult<Vec<i32>> {
+        if shares.is_empty() {
+            return Ok(Vec::new());
+        }
+        // The shares are our own numbers (u32), written into the text.
+        let table = shares
+            .iter()
+            .map(|p| format!("SELECT {p} AS percent"))
+            .collect::<Vec<_>>()
+            .join(" UNION ALL ");
+        let sql = format!(
+            "SELECT s.percent FROM budget_days d CROSS JOIN ({table}) s \
+             WHERE d.day = $1 AND d.cap_usd > 0 \
+             AND (d.used_usd + d.reserved_usd) * 100 >= d.cap_usd * s.percent \
+             AND NOT EXISTS (SELECT 1 FROM budget_thresholds t WHERE t.day = d.day AND t.percent = s.percent) \
+             ORDER BY s.percent"
+        );
+        let rows = sqlx::query(&sql).bind(day).fetch_all(&self.reader).await?;
+        rows.iter()
+            .map(|r| Ok(r.try_get::<i32, _>("percent")?))
+            .collect()
+    }
+
+    /// The shares of its cap `day` has passed, lowest first.
+    pub async fn thresholds_on(&self, day: NaiveDate) -> StoreResult<Vec<ThresholdCrossed>> {
+        let rows = sqlx::query(
+            "SELECT day, percent, crossed_at, booked_usd, cap_usd FROM budget_thresholds \
+             WHERE day = $1 ORDER BY percent",
+        )
+        .bind(day)
+        .fetch_all(&self.reader)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(ThresholdCrossed {
+                    day: r.try_get("day")?,
+                    percent: u32::try_from(r.try_get::<i32, _>("percent")?).map_err(corrupt)?,
+                    crossed_at: r.try_get("crossed_at")?,
+                    booked_usd: r.try_get("booked_usd")?,
+                    cap_usd: r.try_get("cap_usd")?,
+                })
+            })
+            .collect()
+    }
+
+    /// Spend from `from` to `to` by who ordered the work and with which
+    /// token, counted on the same days as the rollup (so the rows add up
+    /// to the page's total); unpriced calls apart, never as zero.
+    pub async fn spend_by_source(
+        &self,
+        from: NaiveDate,
+        to: NaiveDate,
+    ) -> StoreResult<Vec<SourceSpend>> {
+        let day = spend_day!()
+            .replace("budget_day", "a.budget_day")
+            .replace("started_at", "a.started_at");
+        let sql = format!(
+            "SELECT j.user_id, u.email, j.token_id, t.name AS token_name, t.prefix AS token_prefix, \
+             t.revoked_at, CAST(COUNT(*) AS BIGINT) AS attempts, \
+             COALESCE(SUM(a.cost_usd), 0) AS priced_usd, CAST(COUNT(a.cost_usd) AS BIGINT) AS priced, \
+             CAST(SUM(CASE WHEN a.cost_usd IS NULL AND a.state IN ('succeeded', 'failed') THEN 1 ELSE 0 END) AS BIGINT) AS unpriced \
+             FROM attempts a JOIN jobs j ON j.id = a.job_id JOIN users u ON u.id = j.user_id \
+             LEFT JOIN api_tokens t ON t.id = j.token_id \
+             WHERE {day} >= $1 AND {day} <= $2 \
+             GROUP BY j.user_id, u.email, j.token_id, t.name, t.prefix, t.revoked_at \
+             ORDER BY u.email, t.name"
+        );
+        let rows = sqlx::query(&sql)
+            .bind(from)
+            .bind(to)
+            .fetch_all(&self.reader)
+            .await?;
+        rows.iter().map(source_spend_from_row).collect()
+    }
+
     /// The people whose work cost the most on `day`, most first.
     pub async fn top_spenders_on(&self, day: NaiveDate, n: i64) -> StoreResult<Vec<Spender>> {
         let rows = sqlx::query(
@@ -236,4 +345,27 @@ impl Backend {
                 .unwrap_or(Usd::ZERO),
         })
     }
+}
+
+fn source_spend_from_row(r: &Row) -> StoreResult<SourceSpend> {
+    let token = match r.try_get::<Option<uuid::Uuid>, _>("token_id")? {
+        Some(id) => Some(TokenLabel {
+            id: ApiTokenId(id),
+            name: r.try_get("token_name")?,
+            prefix: r.try_get("token_prefix")?,
+            revoked: r
+                .try_get::<Option<DateTime<Utc>>, _>("revoked_at")?
+                .is_some(),
+        }),
+        None => None,
+    };
+    Ok(SourceSpend {
+        user_id: UserId(r.try_get("user_id")?),
+        email: Email::from_stored(r.try_get("email")?),
+        token,
+        attempts: r.try_get("attempts")?,
+        priced_usd: r.try_get("priced_usd")?,
+        priced: r.try_get("priced")?,
+        unpriced: r.try_get("unpriced")?,
+    })
 }
