@@ -165,6 +165,7 @@ both_backends!(
     a_cancelled_repair_is_refunded_and_gives_its_slot_back,
     a_flagged_result_is_repaired_once_for_free,
     racing_repairs_of_a_flagged_result_make_one_free,
+    the_person_chooses_which_version_is_theirs,
 );
 
 async fn a_repair_that_improves_is_delivered(db: TestDb) {
@@ -668,4 +669,92 @@ async fn racing_repairs_of_a_flagged_result_make_one_free(db: TestDb) {
     assert_eq!(waived, vec![false, true], "two made: one free, one charged");
     let credits = original["credits"].as_i64().unwrap();
     assert_eq!(a.balance(&u).await, before - credits);
+}
+
+/// Issue 33, 6: after a repair was delivered, the person takes the first
+/// edit back. The lineage says so, the next repair is made on (and
+/// compared with) the chosen version, and nobody else, no unfinished
+/// version and no moment while a repair runs can choose.
+async fn the_person_chooses_which_version_is_theirs(db: TestDb) {
+    let a = api(db).await;
+    let (u, token) = a.person("chooser@example.com", Role::User, 40).await;
+    let (other, _) = a.person("other@example.com", Role::Admin, 0).await;
+    let t = a.db.tollgate.clone();
+    let original = a.delivered_edit(&u, &token).await;
+    let first: tollgate::model::JobId = original["id"].as_str().unwrap().parse().unwrap();
+
+    // Nothing repaired yet: the first edit is already theirs.
+    let state = t.choose_version(&u, first).await.unwrap();
+    assert_eq!(state.delivered, first);
+
+    let (s, repair) = a
+        .post(
+            &token,
+            &repairs_of(&original["id"]),
+            Some("c1"),
+            &json!({"instruction": "make the stitches bolder"}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{repair}");
+    let repaired: tollgate::model::JobId = repair["id"].as_str().unwrap().parse().unwrap();
+    // A version that has not finished is never chosen.
+    match t.choose_version(&u, repaired).await {
+        Err(e) => assert_eq!(e.code(), "NOT_CHOOSABLE", "{e:?}"),
+        Ok(s) => panic!("an unfinished version was chosen: {s:?}"),
+    }
+    // While the repair runs, its comparison is with the version it was made on.
+    match t.choose_version(&u, first).await {
+        Err(e) => assert_eq!(e.code(), "REPAIR_UNDER_WAY", "{e:?}"),
+        Ok(s) => panic!("chosen while a repair runs: {s:?}"),
+    }
+    let engine = tollgate::engine::start(t.clone(), 1);
+    let done = a.settled(&token, repair["id"].as_str().unwrap()).await;
+    engine.shutdown().await;
+    assert_eq!(done["lineage"]["outcome"], "improved", "{done}");
+    assert_eq!(t.lineage(&u, first).await.unwrap().0.delivered, repaired);
+
+    // Someone else cannot choose for them, not even an admin.
+    match t.choose_version(&other, first).await {
+        Err(e) => assert_eq!(e.code(), "NOT_FOUND", "{e:?}"),
+        Ok(s) => panic!("another person chose: {s:?}"),
+    }
+    // The person takes the first edit back.
+    let state = t.choose_version(&u, first).await.unwrap();
+    assert_eq!(state.delivered, first);
+    let (_, lineage) = a
+        .get(
+            &token,
+            &format!("/v1/jobs/{}/lineage", repair["id"].as_str().unwrap()),
+        )
+        .await;
+    assert_eq!(lineage["delivered"], original["id"], "{lineage}");
+    // The next repair is made on the version they chose.
+    let (s, next) = a
+        .post(
+            &token,
+            &repairs_of(&original["id"]),
+            Some("c2"),
+            &json!({"instruction": "softer"}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{next}");
+    assert_eq!(next["lineage"]["parent"], original["id"]);
+    let engine = tollgate::engine::start(t.clone(), 1);
+    let last = a.settled(&token, next["id"].as_str().unwrap()).await;
+    engine.shutdown().await;
+    assert_eq!(last["status"], "succeeded", "{last}");
+    let (_, events) = a
+        .get(
+            &token,
+            &format!("/v1/jobs/{}/events", next["id"].as_str().unwrap()),
+        )
+        .await;
+    assert!(
+        events["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["detail"]["step"] == "compare" && e["detail"]["against"] == original["id"]),
+        "compared with the chosen version: {events}"
+    );
 }

@@ -342,6 +342,7 @@ async fn every_route_answers_each_role_as_it_should(db: TestDb) {
         ("/account/tokens".into(), Role::User),
         (format!("/account/tokens/{any}/revoke"), Role::User),
         (format!("/edits/{}/cancel", job.id), Role::User),
+        (format!("/edits/{}/choose", job.id), Role::User),
         ("/account/webhooks".into(), Role::User),
         (format!("/account/webhooks/{any}/test"), Role::User),
         (format!("/account/webhooks/{any}/rotate"), Role::User),

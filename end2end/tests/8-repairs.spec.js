@@ -119,6 +119,21 @@ test.describe.serial('repairs', () => {
       await expect(page.locator(`a[data-testid="job-card"][href="/edits/${v.job.id}"]`)).toHaveCount(0);
     }
     await shot(page, '42-edits-one-card-per-lineage');
+
+    // The person prefers the first edit after all: it becomes theirs again,
+    // here and on My edits; the candidate that was not kept is not offered.
+    await page.goto(`/edits/${original.id}`);
+    const lineage3 = page.getByTestId('lineage').getByTestId('version');
+    await expect(page.getByTestId('lineage').getByTestId('choose-version')).toHaveCount(1);
+    await lineage3.first().getByTestId('choose-version').click();
+    await expect(page.getByRole('status').first()).toContainText('This version is yours now');
+    await expect(lineage3.first()).toContainText('Yours');
+    await expect(page.getByTestId('lineage').getByTestId('delivered-badge')).toHaveCount(1);
+    await expect(lineage3.nth(1).getByTestId('choose-version')).toHaveCount(1);
+    await expect(lineage3.nth(2).getByTestId('choose-version')).toHaveCount(0);
+    await shot(page, '42b-first-edit-chosen');
+    await page.goto('/edits');
+    await expect(card.locator('img')).toHaveAttribute('src', `/v1/jobs/${original.id}/output`);
   });
 
   test('a real photo with no pet in it stops before paying, with questions, and can be ordered again changed', async ({ page }) => {

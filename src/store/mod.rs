@@ -473,6 +473,17 @@ impl Store {
         dispatch!(self, s => s.lineages_of(roots).await)
     }
 
+    /// Makes a finished version of a lineage the person's; false when it
+    /// is not one, or a repair is under way.
+    pub async fn choose_version(
+        &self,
+        root: JobId,
+        version: JobId,
+        at: DateTime<Utc>,
+    ) -> StoreResult<bool> {
+        dispatch!(self, s => s.choose_version(root, version, at).await)
+    }
+
     /// Every version of a lineage, the original first, then by creation.
     pub async fn lineage_versions(&self, root: JobId) -> StoreResult<Vec<Job>> {
         dispatch!(self, s => s.lineage_versions(root).await)

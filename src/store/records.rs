@@ -150,6 +150,14 @@ impl Job {
                 .is_none_or(|c| c.effect() != crate::model::LineageEffect::Deliver)
     }
 
+    /// A finished image edit whose own output was the person's: the first
+    /// edit, or a repair delivered as better (what may be chosen again).
+    pub fn was_delivered(&self) -> bool {
+        self.kind == JobKind::ImageEdit
+            && self.status == JobStatus::Succeeded
+            && !self.retained_previous()
+    }
+
     /// The job whose output this one delivers: itself, or the previous
     /// version a repair kept.
     pub fn delivers(&self) -> JobId {

@@ -70,6 +70,44 @@ impl Tollgate {
         repair_submission(submitted, &hash)
     }
 
+    /// The person makes one version of their edit that was theirs once
+    /// (the first edit, or a repair delivered as better) the one they
+    /// have again (issue 33, 6): what My edits shows, and what the next repair
+    /// is made on and compared with. Refused while a repair is under way
+    /// (it is being compared with the version it was made on).
+    pub async fn choose_version(&self, user: &User, version: JobId) -> Result<LineageState> {
+        let job = self.visible_job(user, version).await?;
+        if job.user_id != user.id {
+            // As with a repair: only the person who ordered it chooses.
+            return Err(Error::NotFound("job"));
+        }
+        if !job.was_delivered() {
+            return Err(Error::Conflict {
+                code: "NOT_CHOOSABLE",
+                message:
+                    "only a finished first edit, or a repair that was delivered, can be chosen"
+                        .into(),
+            });
+        }
+        let root = job.root();
+        if !self
+            .store()
+            .choose_version(root, job.id, Utc::now())
+            .await?
+        {
+            return Err(Error::Conflict {
+                code: "REPAIR_UNDER_WAY",
+                message: "a repair of this edit is under way; choose once it has finished".into(),
+            });
+        }
+        tracing::info!(job = %job.id, lineage = %root, "a version was chosen");
+        Ok(self
+            .store()
+            .lineage(root)
+            .await?
+            .unwrap_or_else(|| LineageState::fresh(root)))
+    }
+
     /// The shared state of an image edit's lineage (a fresh one before its
     /// first repair); `None` for a video, which has no lineage.
     pub async fn lineage_state(&self, job: &Job) -> Result<Option<LineageState>> {

@@ -21,6 +21,10 @@ pub struct VersionView {
     pub delivered: bool,
     /// The one this page shows.
     pub current: bool,
+    /// The person may make it theirs again: it was delivered once (the
+    /// first edit, or a repair found better), it is not theirs now, they
+    /// ordered it, and no repair is under way.
+    pub choosable: bool,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -74,6 +78,11 @@ pub(super) mod ssr {
         };
         let balance = t.user(viewer.id).await?.balance.get();
         let closed = closed_reason(&state, job, viewer);
+        // A repair under way is compared with the version it was made on.
+        let settled = versions
+            .iter()
+            .all(|v| v.status.is_terminal() || !v.is_repair());
+        let owner = job.user_id == viewer.id;
         let mut n = 0;
         let versions = versions
             .iter()
@@ -100,6 +109,7 @@ pub(super) mod ssr {
                     .then(|| format!("/v1/jobs/{}/output", v.id)),
                     delivered: v.id == state.delivered,
                     current: v.id == job.id,
+                    choosable: owner && settled && v.was_delivered() && v.id != state.delivered,
                 }
             })
             .collect();

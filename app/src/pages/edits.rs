@@ -450,6 +450,11 @@ fn Versions(lineage: LineageView, job_id: String) -> impl IntoView {
                             {(v.status != tollgate::model::JobStatus::Succeeded).then(|| view! { <p class="small muted">{v.status.label()}</p> })}
                         </div>
                     </a>
+                    {v.choosable.then(|| view! {
+                        <form method="post" action=format!("/edits/{}/choose", v.id) class="version-choose">
+                            <button type="submit" class="btn btn-ghost btn-small" data-testid="choose-version">"Make this mine"</button>
+                        </form>
+                    })}
                 </li>
             }
         })

@@ -25,6 +25,7 @@ pub fn router(tollgate: Tollgate) -> Router {
         .route("/account/tokens/{id}/revoke", post(revoke_token))
         .route("/edits/{id}/cancel", post(cancel_edit))
         .route("/edits/{id}/repairs", post(repair_edit))
+        .route("/edits/{id}/choose", post(choose_version))
         .route("/admin/users", post(add_user))
         .route("/admin/users/{id}/role", post(set_role))
         .route("/admin/users/{id}/disabled", post(set_disabled))
@@ -565,6 +566,32 @@ async fn repair_edit(
             };
             flash::ok(&session, note).await;
             Redirect::to(&format!("/edits/{}", s.job.id))
+        }
+        Err(e) => report(&session, e, &back).await,
+    }
+}
+
+/// "Make this mine": one version of an edit becomes the person's.
+async fn choose_version(
+    State(t): State<Tollgate>,
+    who: Authorized<AnyUser>,
+    session: Session,
+    Path(id): Path<String>,
+) -> Redirect {
+    let back = format!("/edits/{id}");
+    let result = async {
+        let id = id.parse::<JobId>().map_err(|_| Error::NotFound("edit"))?;
+        t.choose_version(who.user(), id).await
+    }
+    .await;
+    match result {
+        Ok(_) => {
+            flash::ok(
+                &session,
+                "This version is yours now: My edits shows it, and a repair starts from it.",
+            )
+            .await;
+            Redirect::to(&back)
         }
         Err(e) => report(&session, e, &back).await,
     }

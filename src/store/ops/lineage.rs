@@ -107,6 +107,45 @@ impl Backend {
         rows.iter().map(lineage_from_row).collect()
     }
 
+    /// Makes `version` the one the person has in `root`'s lineage (issue
+    /// 33, 6): only a finished version of that lineage, and only while no
+    /// repair of it is under way, whose comparison would be with the
+    /// version it was made on. False when either does not hold.
+    pub async fn choose_version(
+        &self,
+        root: JobId,
+        version: JobId,
+        at: DateTime<Utc>,
+    ) -> StoreResult<bool> {
+        let mut tx = self.writer.begin().await?;
+        // A lineage nobody repaired yet has no row: its first edit is it.
+        sqlx::query(
+            "INSERT INTO lineages (root, delivered, repairs_used, stopped, updated_at) \
+             VALUES ($1, $1, 0, FALSE, $2) ON CONFLICT (root) DO NOTHING",
+        )
+        .bind(root.0)
+        .bind(at)
+        .execute(&mut *tx)
+        .await?;
+        let chosen = sqlx::query(
+            "UPDATE lineages SET delivered = $2, updated_at = $3 WHERE root = $1 \
+             AND EXISTS (SELECT 1 FROM jobs v WHERE v.id = $2 AND v.status = 'succeeded' \
+                 AND (v.id = $1 OR v.lineage_root = $1)) \
+             AND NOT EXISTS (SELECT 1 FROM jobs r WHERE r.lineage_root = $1 \
+                 AND r.status IN ('queued', 'running', 'parked'))",
+        )
+        .bind(root.0)
+        .bind(version.0)
+        .bind(at)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected()
+            == 1;
+        tx.commit().await?;
+        self.committed(Purpose::Other, 2);
+        Ok(chosen)
+    }
+
     pub async fn lineage_versions(&self, root: JobId) -> StoreResult<Vec<Job>> {
         let sql = format!(
             "SELECT {JOB_COLUMNS} FROM jobs WHERE id = $1 OR lineage_root = $1 \
