@@ -1985,6 +1985,7 @@ async fn the_queue_sorts_by_exposure_and_pages_through_it(db: TestDb) {
                 sort: Some("exposure".into()),
                 limit: Some(2),
                 cursor,
+                counted: true,
                 ..Default::default()
             })
             .await
@@ -1993,6 +1994,9 @@ async fn the_queue_sorts_by_exposure_and_pages_through_it(db: TestDb) {
     };
     let last = loop {
         let page = exposure_page(cursor.clone()).await;
+        // Each page says where it sits: "Showing 3–4 of 5".
+        let place = page.place.unwrap();
+        assert_eq!((place.before, place.total), (seen.len() as u64, 5));
         seen.extend(page.items.iter().map(|r| (r.id, r.exposure_usd)));
         pages.push(page.items.iter().map(|r| r.id).collect::<Vec<_>>());
         match page.next.clone() {

@@ -525,6 +525,7 @@ async fn the_attempt_list_filters_and_pages(db: TestDb) {
         let query = q(&|q| {
             q.limit = Some(3);
             q.cursor = cursor.clone();
+            q.counted = true;
         });
         async move { t.spend_attempts(&query).await }
     };
@@ -532,6 +533,10 @@ async fn the_attempt_list_filters_and_pages(db: TestDb) {
     let mut cursor = None;
     let last = loop {
         let page = page_of(cursor.clone()).await.unwrap();
+        // Each page says where it sits: "Showing 4–6 of 7".
+        let before = pages.iter().map(Vec::len).sum::<usize>() as u64;
+        let place = page.place.unwrap();
+        assert_eq!((place.before, place.total), (before, 7));
         pages.push(page.items.iter().map(|a| a.attempt.id).collect::<Vec<_>>());
         match page.next.clone() {
             Some(n) => cursor = Some(n),

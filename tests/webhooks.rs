@@ -34,6 +34,7 @@ both_backends!(
     a_receiver_that_never_answers_holds_a_few_posts_and_others_go_first,
     test_events_are_few_and_tried_once,
     a_rotated_account_secret_signs_beside_the_old_one,
+    deliveries_page_both_ways_and_say_where_they_sit,
 );
 
 /// One request the receiver got.
@@ -872,5 +873,79 @@ async fn a_rotated_account_secret_signs_beside_the_old_one(db: TestDb) {
     assert!(
         verifies(&first, &got[0]),
         "the old one still does, for a day"
+    );
+}
+
+/// Issue 33, 1: a person's deliveries (their Account page) and everyone's
+/// (the admin's) page forward and back, each page saying where it sits in
+/// the whole list ("Showing 4–6 of 7"), and a person counts only their own.
+async fn deliveries_page_both_ways_and_say_where_they_sit(db: TestDb) {
+    use tollgate::usecases::cursor::Place;
+    use tollgate::usecases::webhooks::DeliveryQuery;
+    let db = db.with_config(&config("50ms")).await;
+    let r = Receiver::start().await;
+    let t = &db.tollgate;
+    let (mine, theirs) = (
+        person(&db, "pages@example.com").await,
+        person(&db, "other@example.com").await,
+    );
+    let start = chrono::Utc::now() - chrono::Duration::minutes(10);
+    for (who, n) in [(&mine, 7), (&theirs, 2)] {
+        let e = t.create_webhook_endpoint(who, &r.url, &[]).await.unwrap();
+        for i in 0..n {
+            let at = start + chrono::Duration::seconds(i);
+            t.store()
+                .insert_test_delivery(
+                    &e.endpoint,
+                    &format!("test:{}", uuid::Uuid::new_v4()),
+                    "{}",
+                    at,
+                )
+                .await
+                .unwrap();
+        }
+    }
+    let me = &mine;
+    let page_of = |cursor: Option<String>| {
+        let mut q = DeliveryQuery::parse(None, None, Some(3), cursor.as_deref()).unwrap();
+        q.counted = true;
+        async move { t.own_deliveries(me, &q).await.unwrap() }
+    };
+    let (mut pages, mut cursor) = (Vec::new(), None);
+    let last = loop {
+        let page = page_of(cursor.clone()).await;
+        let before = pages.iter().map(Vec::len).sum::<usize>() as u64;
+        assert_eq!(page.place, Some(Place { before, total: 7 }));
+        assert!(page.items.iter().all(|d| d.user_id == mine.id));
+        pages.push(page.items.iter().map(|d| d.id).collect::<Vec<_>>());
+        match page.next.clone() {
+            Some(n) => cursor = Some(n),
+            None => break page,
+        }
+    };
+    assert_eq!(pages.iter().map(Vec::len).collect::<Vec<_>>(), [3, 3, 1]);
+    let mut back = vec![pages.last().unwrap().clone()];
+    let mut prev = last.prev;
+    while let Some(p) = prev {
+        let page = page_of(Some(p)).await;
+        back.push(page.items.iter().map(|d| d.id).collect());
+        prev = page.prev;
+    }
+    back.reverse();
+    assert_eq!(back, pages, "the pages back are the pages forward");
+    // An admin's list counts everyone's.
+    let admin = t
+        .add_user("admin@example.com", Role::Admin, "correct horse battery")
+        .await
+        .unwrap();
+    let mut q = DeliveryQuery::parse(None, None, Some(3), None).unwrap();
+    q.counted = true;
+    let all = t.deliveries(&admin, &q).await.unwrap();
+    assert_eq!(
+        all.place,
+        Some(Place {
+            before: 0,
+            total: 9
+        })
     );
 }

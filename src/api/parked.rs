@@ -256,6 +256,7 @@ async fn list_parked(
             cursor: q.cursor,
             limit: q.limit,
             sort: q.sort,
+            counted: false,
         })
         .await?;
     let mut data = Vec::with_capacity(page.items.len());

@@ -621,6 +621,12 @@ impl Store {
         dispatch!(self, s => s.list_parked(filter).await)
     }
 
+    /// How many records a filter matches; with `Before`, how many come
+    /// before that position in the queue's order.
+    pub async fn count_parked(&self, filter: &ParkedFilter) -> StoreResult<i64> {
+        dispatch!(self, s => s.count_parked(filter).await)
+    }
+
     pub async fn parked(&self, id: ParkedId) -> StoreResult<Option<Parked>> {
         dispatch!(self, s => s.parked(id).await)
     }
@@ -770,6 +776,12 @@ impl Store {
         dispatch!(self, s => s.list_deliveries(filter).await)
     }
 
+    /// How many deliveries a filter matches; with `Before`, how many come
+    /// before that position in the list.
+    pub async fn count_deliveries(&self, filter: &DeliveryFilter) -> StoreResult<i64> {
+        dispatch!(self, s => s.count_deliveries(filter).await)
+    }
+
     pub async fn delivery(&self, id: crate::model::DeliveryId) -> StoreResult<Option<Delivery>> {
         dispatch!(self, s => s.delivery(id).await)
     }
@@ -879,6 +891,12 @@ impl Store {
     /// Attempts by day, filtered, a page at a time.
     pub async fn list_attempts(&self, filter: &AttemptFilter) -> StoreResult<Vec<AttemptListed>> {
         dispatch!(self, s => s.list_attempts(filter).await)
+    }
+
+    /// How many attempts a filter matches; with `Before`, how many come
+    /// before that position in the list.
+    pub async fn count_attempts(&self, filter: &AttemptFilter) -> StoreResult<i64> {
+        dispatch!(self, s => s.count_attempts(filter).await)
     }
 
     /// What one person's work cost the studio on a day (settled, or held).

@@ -81,6 +81,29 @@ pub struct Place {
     pub total: u64,
 }
 
+/// Where `page` sits in its whole list, from two counts of the list's
+/// rows: all of them (no seek), and those before the page's first (`Before`
+/// it). The count is the list's own filter, so the two never disagree.
+pub async fn place_of<T, P, Fut>(
+    page: &Page<T>,
+    at: impl Fn(&T) -> P,
+    count: impl Fn(Option<Seek<P>>) -> Fut,
+) -> Result<Place>
+where
+    P: Position,
+    Fut: std::future::Future<Output = crate::store::StoreResult<i64>>,
+{
+    let total = count(None).await?;
+    let before = match page.items.first() {
+        Some(first) => count(Some(Seek::Before(at(first)))).await?,
+        None => 0,
+    };
+    Ok(Place {
+        before: u64::try_from(before).unwrap_or(0),
+        total: u64::try_from(total).unwrap_or(0),
+    })
+}
+
 impl<T> Page<T> {
     /// A page from the rows a store read for `seek` with a limit of
     /// `limit + 1`, in the list's order: the one row past the limit says

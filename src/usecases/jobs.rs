@@ -10,7 +10,7 @@ use crate::model::{
 use crate::store::{
     Attempt, Job, JobCursor, JobEvent, JobFilter, NewJob, Seek, StoreError, Submitted, User,
 };
-use crate::usecases::cursor::{self, Page, Place};
+use crate::usecases::cursor::{self, Page};
 use crate::usecases::error::{Error, Result};
 use crate::Tollgate;
 use chrono::{Duration, Utc};
@@ -303,12 +303,20 @@ impl Tollgate {
             roots_only: q.lineages_as_one,
         };
         let jobs = self.store().list_jobs(&filter).await?;
-        let mut page = Page::of(jobs, q.limit as usize, q.seek, |j| JobCursor {
+        let at = |j: &Job| JobCursor {
             created_at: j.created_at,
             id: j.id,
-        });
+        };
+        let mut page = Page::of(jobs, q.limit as usize, q.seek, at);
         if q.counted {
-            page.place = Some(self.place_of_jobs(filter, &page).await?);
+            let count = |seek| {
+                let f = JobFilter {
+                    seek,
+                    ..filter.clone()
+                };
+                async move { self.store().count_jobs(&f).await }
+            };
+            page.place = Some(cursor::place_of(&page, at, count).await?);
         }
         Ok(page)
     }
@@ -328,26 +336,6 @@ impl Tollgate {
             return Err(Error::Forbidden);
         }
         Ok(self.store().jobs_under_key(key).await?)
-    }
-
-    /// Where a page of jobs sits: the jobs newer than its first, of all.
-    async fn place_of_jobs(&self, mut filter: JobFilter, page: &Page<Job>) -> Result<Place> {
-        filter.seek = None;
-        let total = self.store().count_jobs(&filter).await?;
-        let before = match page.items.first() {
-            Some(first) => {
-                filter.seek = Some(Seek::Before(JobCursor {
-                    created_at: first.created_at,
-                    id: first.id,
-                }));
-                self.store().count_jobs(&filter).await?
-            }
-            None => 0,
-        };
-        Ok(Place {
-            before: before as u64,
-            total: total as u64,
-        })
     }
 
     /// Jobs with what their objects show: the attempts of each and, for

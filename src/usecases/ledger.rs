@@ -4,7 +4,7 @@
 
 use crate::model::{job_of_reference, Credits, LedgerEntryId, LedgerKind, UserId};
 use crate::store::{Job, LedgerCursor, LedgerEntry, LedgerFilter, NewLedgerEntry, Seek, User};
-use crate::usecases::cursor::{self, Page, Place, Position};
+use crate::usecases::cursor::{self, Page, Position};
 use crate::usecases::error::{Error, Result};
 use crate::Tollgate;
 use chrono::Utc;
@@ -155,7 +155,7 @@ impl Tollgate {
     /// A page of `viewer`'s own history, counted, each charge and refund
     /// with its job (two reads for the page, whatever its length).
     pub async fn ledger_page(&self, viewer: &User, q: &LedgerQuery) -> Result<Page<LedgerLine>> {
-        let mut filter = LedgerFilter {
+        let filter = LedgerFilter {
             user_id: viewer.id,
             seek: q.seek,
             limit: q.limit + 1,
@@ -166,19 +166,14 @@ impl Tollgate {
             id: e.id,
         };
         let mut page = Page::of(rows, q.limit as usize, q.seek, at);
-        filter.seek = None;
-        let total = self.store().count_ledger(&filter).await?;
-        let before = match page.items.first() {
-            Some(first) => {
-                filter.seek = Some(Seek::Before(at(first)));
-                self.store().count_ledger(&filter).await?
-            }
-            None => 0,
+        let count = |seek| {
+            let f = LedgerFilter {
+                seek,
+                ..filter.clone()
+            };
+            async move { self.store().count_ledger(&f).await }
         };
-        page.place = Some(Place {
-            before: before as u64,
-            total: total as u64,
-        });
+        page.place = Some(cursor::place_of(&page, at, count).await?);
         let ids: Vec<_> = page
             .items
             .iter()

@@ -35,6 +35,8 @@ pub struct ParkedQuery {
     pub limit: Option<i64>,
     /// `age` (oldest first, the default) or `exposure` (most first).
     pub sort: Option<String>,
+    /// Say where the page sits in the whole queue (two counts more).
+    pub counted: bool,
 }
 
 /// What a reviewer decides, as sent.
@@ -229,9 +231,19 @@ impl Tollgate {
         let filter = filter_of(q, limit + 1)?;
         let list = self.store().list_parked(&filter).await?;
         let sort = filter.sort;
-        Ok(Page::of(list, limit as usize, filter.seek, |p| {
-            place_in(p, sort)
-        }))
+        let at = |p: &Parked| place_in(p, sort);
+        let mut page = Page::of(list, limit as usize, filter.seek, at);
+        if q.counted {
+            let count = |seek| {
+                let f = ParkedFilter {
+                    seek,
+                    ..filter.clone()
+                };
+                async move { self.store().count_parked(&f).await }
+            };
+            page.place = Some(cursor::place_of(&page, at, count).await?);
+        }
+        Ok(page)
     }
 
     /// Counts of records that are not closed, by stage and state.

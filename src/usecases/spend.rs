@@ -222,6 +222,8 @@ pub struct AttemptQuery {
     pub holding_only: bool,
     pub cursor: Option<String>,
     pub limit: Option<i64>,
+    /// Say where the page sits in the whole list (two counts more).
+    pub counted: bool,
 }
 
 impl Tollgate {
@@ -328,14 +330,24 @@ impl Tollgate {
             limit: limit + 1,
         };
         let list = self.store().list_attempts(&filter).await?;
-        Ok(Page::of(list, limit as usize, filter.seek, |a| {
-            AttemptCursor {
-                // Listed attempts all have a day: the list is by day.
-                day: a.attempt.budget_day.unwrap_or(NaiveDate::MIN),
-                started_at: a.attempt.started_at,
-                id: a.attempt.id,
-            }
-        }))
+        let at = |a: &AttemptListed| AttemptCursor {
+            // Listed attempts all have a day: the list is by day.
+            day: a.attempt.budget_day.unwrap_or(NaiveDate::MIN),
+            started_at: a.attempt.started_at,
+            id: a.attempt.id,
+        };
+        let mut page = Page::of(list, limit as usize, filter.seek, at);
+        if q.counted {
+            let count = |seek| {
+                let f = AttemptFilter {
+                    seek,
+                    ..filter.clone()
+                };
+                async move { self.store().count_attempts(&f).await }
+            };
+            page.place = Some(cursor::place_of(&page, at, count).await?);
+        }
+        Ok(page)
     }
 
     /// Holds kept by parked jobs and attempts still in the uncertainty window.

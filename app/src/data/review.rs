@@ -346,6 +346,7 @@ pub async fn load_review_queue(filters: ReviewFilters) -> Result<ReviewQueue, Se
         cursor: filters.cursor.clone().filter(|s| !s.is_empty()),
         limit: Some(50),
         sort: filters.sort.clone().filter(|s| !s.is_empty()),
+        counted: true,
     };
     let page = t.parked_list(&query).await.map_err(fail)?;
     let page_models: Vec<_> = page.items.clone();

@@ -450,6 +450,7 @@ pub async fn load_spend(filters: SpendFilters) -> Result<SpendView, ServerFnErro
             state: filters.state.clone(),
             cursor: filters.cursor.clone(),
             limit: Some(50),
+            counted: true,
             ..Default::default()
         })
         .await
@@ -464,39 +465,9 @@ pub async fn load_spend(filters: SpendFilters) -> Result<SpendView, ServerFnErro
             .rev()
             .map(|d| day_row(d, &emails))
             .collect(),
-        models: report
-            .models
-            .iter()
-            .map(|m| TallyRow {
-                label: format!("{} · {}", m.provider, m.model),
-                key: m.model.clone(),
-                attempts: m.tally.attempts,
-                spend: m.tally.words(),
-                unpriced: m.tally.unpriced,
-            })
-            .collect(),
-        classes: report
-            .classes
-            .iter()
-            .map(|c| TallyRow {
-                label: c.error_class.clone().unwrap_or_else(|| "no error".into()),
-                key: c.error_class.clone().unwrap_or_default(),
-                attempts: c.tally.attempts,
-                spend: c.tally.words(),
-                unpriced: c.tally.unpriced,
-            })
-            .collect(),
-        people: report
-            .people
-            .iter()
-            .map(|p| TallyRow {
-                label: p.email.to_string(),
-                key: p.email.to_string(),
-                attempts: p.tally.attempts,
-                spend: p.tally.words(),
-                unpriced: p.tally.unpriced,
-            })
-            .collect(),
+        models: report.models.iter().map(model_row).collect(),
+        classes: report.classes.iter().map(class_row).collect(),
+        people: report.people.iter().map(person_row).collect(),
         tokens: report.tokens.iter().map(token_row).collect(),
         total: report.total.words(),
         total_attempts: report.total.attempts,
@@ -504,6 +475,42 @@ pub async fn load_spend(filters: SpendFilters) -> Result<SpendView, ServerFnErro
         attempts: super::paged(page, |a| attempt_row(&a)),
         csv_href: format!("/v1/spend?from={from}&to={to}&format=csv"),
     })
+}
+
+/// A model's spend: "local · local-clip".
+#[cfg(feature = "ssr")]
+fn model_row(m: &tollgate::usecases::spend::SpendModel) -> TallyRow {
+    TallyRow {
+        label: format!("{} · {}", m.provider, m.model),
+        key: m.model.clone(),
+        attempts: m.tally.attempts,
+        spend: m.tally.words(),
+        unpriced: m.tally.unpriced,
+    }
+}
+
+/// An error class's spend; attempts that did not fail are "no error".
+#[cfg(feature = "ssr")]
+fn class_row(c: &tollgate::usecases::spend::SpendClass) -> TallyRow {
+    TallyRow {
+        label: c.error_class.clone().unwrap_or_else(|| "no error".into()),
+        key: c.error_class.clone().unwrap_or_default(),
+        attempts: c.tally.attempts,
+        spend: c.tally.words(),
+        unpriced: c.tally.unpriced,
+    }
+}
+
+/// A person's spend, by their email.
+#[cfg(feature = "ssr")]
+fn person_row(p: &tollgate::usecases::spend::PersonSpend) -> TallyRow {
+    TallyRow {
+        label: p.email.to_string(),
+        key: p.email.to_string(),
+        attempts: p.tally.attempts,
+        spend: p.tally.words(),
+        unpriced: p.tally.unpriced,
+    }
 }
 
 /// A token's spend, named as its owner knows it: "ci (tg_3fa…) · ana@…".

@@ -42,13 +42,15 @@ pub struct DeliveryRow {
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct MyWebhooks {
     pub endpoints: Vec<EndpointRow>,
-    pub deliveries: Vec<DeliveryRow>,
+    pub deliveries: super::Paged<DeliveryRow>,
     /// The events an endpoint may want.
     pub events: Vec<String>,
 }
 
 /// Deliveries a page on the admin's Webhooks page.
 pub const DELIVERIES_PAGE: i64 = 50;
+/// A person's own deliveries a page on their Account page.
+pub const MY_DELIVERIES_PAGE: i64 = 20;
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct AdminWebhooks {
@@ -111,21 +113,27 @@ fn delivery_row(d: &tollgate::store::Delivery) -> DeliveryRow {
     }
 }
 
+/// A person's endpoints and their own deliveries, newest first, a page at
+/// a time from `cursor` (the Account page's).
 #[server]
-pub async fn load_my_webhooks() -> Result<MyWebhooks, ServerFnError> {
+pub async fn load_my_webhooks(cursor: Option<String>) -> Result<MyWebhooks, ServerFnError> {
     use super::ssr::*;
+    use tollgate::usecases::webhooks::DeliveryQuery;
     let p = require(Role::User).await?;
     let t = engine()?;
     let endpoints = t.webhook_endpoints(&p.user).await.map_err(fail)?;
+    let mut query = DeliveryQuery::parse(None, None, Some(MY_DELIVERIES_PAGE), cursor.as_deref())
+        .map_err(fail)?;
+    query.counted = true;
     // Only the caller's own, whatever their role, on their Account page.
-    let deliveries = t.own_deliveries(&p.user, 20).await.map_err(fail)?;
+    let deliveries = t.own_deliveries(&p.user, &query).await.map_err(fail)?;
     let me = p.user.email.as_str().to_string();
     Ok(MyWebhooks {
         endpoints: endpoints
             .iter()
             .map(|e| endpoint_row(e, me.clone()))
             .collect(),
-        deliveries: deliveries.iter().map(delivery_row).collect(),
+        deliveries: super::paged(deliveries, |d| delivery_row(&d)),
         events: tollgate::model::WebhookEvent::JOB_EVENTS
             .iter()
             .map(|e| e.as_str().to_string())
@@ -183,13 +191,14 @@ pub async fn load_admin_webhooks(
     let state = state
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| "dead".into());
-    let query = tollgate::usecases::webhooks::DeliveryQuery::parse(
+    let mut query = tollgate::usecases::webhooks::DeliveryQuery::parse(
         Some(&state),
         None,
         Some(DELIVERIES_PAGE),
         cursor.as_deref(),
     )
     .map_err(fail)?;
+    query.counted = true;
     let deliveries = t.deliveries(&p.user, &query).await.map_err(fail)?;
     let stats = t.webhook_stats(&p.user).await.map_err(fail)?;
     let owners: std::collections::HashMap<_, _> = t

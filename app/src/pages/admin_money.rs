@@ -68,15 +68,11 @@ pub fn AdminOverviewPage() -> impl IntoView {
 
 /// Today's money at a glance: cap, used, held, remaining, the unpriced
 /// calls and the uncertain exposure, and the last 30 days.
-///
-/// Long: a row of tiles over one day's figures, read top to bottom; the
-/// banner, the halt form and the chart are apart.
 #[component]
 fn OverviewView(o: Overview) -> impl IntoView {
     let d = o.today.clone();
     let day_href = format!("/admin/spend?from={0}&to={0}", d.day);
     let unpriced_href = format!("/admin/spend?from={0}&to={0}&unpriced=1", d.day);
-    let meter_label = format!("{}% of today's cap used or held", d.percent);
     view! {
         <header class="page-head page-head-row">
             <div>
@@ -90,35 +86,7 @@ fn OverviewView(o: Overview) -> impl IntoView {
             <TodayHaltForm d=d.clone() />
         </header>
         <TodayBanner d=d.clone() warning_percent=o.warning_percent />
-        <section class="money-grid" data-testid="today">
-            <div class="card money-tile">
-                <div class="stat-label">"Cap"</div>
-                <div class="money-value">{d.cap.clone()}</div>
-                {meter(&d, meter_label)}
-                <div class="small muted">{format!("{}% used or held", d.percent)}</div>
-                {(!o.passed.is_empty()).then(|| view! {
-                    <div class="small" data-testid="thresholds">
-                        "Passed " {o.passed.join(" · ")}
-                    </div>
-                })}
-            </div>
-            <div class="card money-tile">
-                <div class="stat-label">"Used"</div>
-                <div class="money-value" data-testid="used">{d.used.clone()}</div>
-                <div class="small muted">"priced costs, plus the estimate for each unpriced call"</div>
-            </div>
-            <div class="card money-tile">
-                <div class="stat-label">"Held"</div>
-                <div class="money-value">{d.reserved.clone()}</div>
-                <div class="small muted">"reserved by calls not yet settled"</div>
-            </div>
-            <div class="card money-tile">
-                <div class="stat-label">"Remaining"</div>
-                <div class="money-value">{d.remaining.clone()}</div>
-                <div class="small muted">{day_state(&d)}</div>
-                <div class="small" data-testid="forecast">{o.forecast.clone()}</div>
-            </div>
-        </section>
+        <TodayTiles d=d.clone() passed=o.passed.clone() forecast=o.forecast.clone() />
         <section class="money-grid money-grid-2">
             <a class="card money-tile tile-link" href=unpriced_href data-testid="unpriced-today">
                 <div class="stat-label">"Unpriced calls today"</div>
@@ -146,6 +114,44 @@ fn OverviewView(o: Overview) -> impl IntoView {
                 <span class="legend-unpriced"></span>" calls nobody could price, counted apart and never drawn as $0"
             </p>
             <p class="small"><a href=day_href>"Today's attempts →"</a></p>
+        </section>
+    }
+}
+
+/// Today's cap, used, held and remaining, with the shares of the cap it
+/// passed and when the cap would be reached at today's rate.
+#[component]
+fn TodayTiles(d: DayRow, passed: Vec<String>, forecast: String) -> impl IntoView {
+    let meter_label = format!("{}% of today's cap used or held", d.percent);
+    view! {
+        <section class="money-grid" data-testid="today">
+            <div class="card money-tile">
+                <div class="stat-label">"Cap"</div>
+                <div class="money-value">{d.cap.clone()}</div>
+                {meter(&d, meter_label)}
+                <div class="small muted">{format!("{}% used or held", d.percent)}</div>
+                {(!passed.is_empty()).then(|| view! {
+                    <div class="small" data-testid="thresholds">
+                        "Passed " {passed.join(" · ")}
+                    </div>
+                })}
+            </div>
+            <div class="card money-tile">
+                <div class="stat-label">"Used"</div>
+                <div class="money-value" data-testid="used">{d.used.clone()}</div>
+                <div class="small muted">"priced costs, plus the estimate for each unpriced call"</div>
+            </div>
+            <div class="card money-tile">
+                <div class="stat-label">"Held"</div>
+                <div class="money-value">{d.reserved.clone()}</div>
+                <div class="small muted">"reserved by calls not yet settled"</div>
+            </div>
+            <div class="card money-tile">
+                <div class="stat-label">"Remaining"</div>
+                <div class="money-value">{d.remaining.clone()}</div>
+                <div class="small muted">{day_state(&d)}</div>
+                <div class="small" data-testid="forecast">{forecast}</div>
+            </div>
         </section>
     }
 }
@@ -432,9 +438,20 @@ fn RangeForm(from: String, to: String) -> impl IntoView {
     }
 }
 
+/// The range's days with calls (or halted), newest first; the quiet ones
+/// are counted, not listed, so a month reads at a glance on a phone.
 #[component]
 fn DayTable(days: Vec<DayRow>) -> impl IntoView {
-    let rows = days
+    let (busy, quiet): (Vec<_>, Vec<_>) =
+        days.into_iter().partition(|d| d.attempts > 0 || d.halted);
+    let quiet = match quiet.len() {
+        0 => None,
+        n if busy.is_empty() => Some(format!("No calls on any of the {n} days.")),
+        1 => Some("1 day without calls is not listed.".to_string()),
+        n => Some(format!("{n} days without calls are not listed.")),
+    };
+    let listed = !busy.is_empty();
+    let rows = busy
         .iter()
         .map(|d| {
             let href = format!("/admin/spend?from={0}&to={0}", d.day);
@@ -450,12 +467,13 @@ fn DayTable(days: Vec<DayRow>) -> impl IntoView {
         })
         .collect_view();
     view! {
-        <div class="table-wrap table-scroll">
+        <div class="table-wrap table-scroll" hidden=!listed>
             <table class="table" data-testid="by-day">
                 <thead><tr><th scope="col">"Day"</th><th scope="col">"Spend"</th><th scope="col" class="num">"Calls"</th><th scope="col" class="num">"Used / cap"</th><th scope="col">"State"</th></tr></thead>
                 <tbody>{rows}</tbody>
             </table>
         </div>
+        {quiet.map(|q| view! { <p class="small muted" data-testid="quiet-days">{q}</p> })}
     }
 }
 

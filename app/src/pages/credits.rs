@@ -64,7 +64,7 @@ fn CreditsView(data: CreditsData) -> impl IntoView {
             let (class, sign) = if e.amount > 0 { ("amount amount-pos", "+") } else { ("amount amount-neg", "") };
             let what = entry_what(&e);
             view! {
-                <tr>
+                <tr data-testid="entry-row">
                     <td class="nowrap" data-label="When">{e.when.clone()}</td>
                     <td data-label="What" class="entry-what">
                         {what}

@@ -26,7 +26,11 @@ fn event_label(e: &str) -> &'static str {
 /// The Account page's webhooks section.
 #[component]
 pub fn WebhooksSection() -> impl IntoView {
-    let data = Resource::new_blocking(|| (), |_| load_my_webhooks());
+    let cursor = use_query_map()
+        .get_untracked()
+        .get("cursor")
+        .filter(|c| !c.is_empty());
+    let data = Resource::new_blocking(move || cursor.clone(), load_my_webhooks);
     view! {
         <section class="card" data-testid="webhooks">
             <h2 class="card-title">"Webhooks"</h2>
@@ -85,8 +89,9 @@ fn MyWebhooksView(w: MyWebhooks) -> impl IntoView {
         </form>
         <h3 class="action-title section-gap">"Endpoints"</h3>
         {endpoints}
-        <h3 class="action-title section-gap">"Recent deliveries"</h3>
-        <DeliveryTable rows=w.deliveries.clone() admin=false />
+        <h3 class="action-title section-gap" id="deliveries">"Your deliveries"</h3>
+        <DeliveryTable rows=w.deliveries.rows.clone() admin=false />
+        <Pager path="/account".to_string() page=w.deliveries.clone() noun="deliveries" anchor="#deliveries" />
         <div class="account-secret">
             <p class="small muted">
                 "A job's own " <code>"webhook_url"</code> " is signed with your account secret: "
@@ -127,12 +132,12 @@ fn EndpointTable(rows: Vec<EndpointRow>, mine: bool) -> impl IntoView {
             });
             view! {
                 <tr data-testid="endpoint-row">
-                    <td data-label="URL"><span class="mono small">{e.url.clone()}</span>
+                    <td data-label="URL"><div><div class="mono small">{e.url.clone()}</div>
                         {(!mine).then(|| view! { <div class="small muted">{e.owner.clone()}</div> })}
                         {e.disabled_reason.clone().map(|r| view! { <div class="small danger-text" data-testid="disabled-reason">{r}</div> })}
                         {e.rotating_until.clone().map(|r| view! { <div class="small muted">{format!("Both secrets sign until {r}")}</div> })}
                         {e.failing_since.clone().map(|f| view! { <div class="small muted">{format!("Failing since {f}")}</div> })}
-                    </td>
+                    </div></td>
                     <td data-label="Events" class="small">{e.events.iter().map(|x| event_label(x)).collect::<Vec<_>>().join(", ")}</td>
                     <td data-label="State">{state}</td>
                     <td class="actions">{actions}</td>
@@ -168,8 +173,8 @@ fn DeliveryTable(rows: Vec<DeliveryRow>, admin: bool) -> impl IntoView {
             });
             view! {
                 <tr data-testid="delivery-row">
-                    <td data-label="Event"><div class="cell-title">{event_label(&d.event).to_string()}</div>
-                        <div class="mono small muted" title="webhook-id">{d.webhook_id.clone()}</div></td>
+                    <td data-label="Event"><div><div class="cell-title">{event_label(&d.event).to_string()}</div>
+                        <div class="mono small muted" title="webhook-id">{d.webhook_id.clone()}</div></div></td>
                     {admin.then(|| view! { <td data-label="Owner" class="small">{d.owner.clone()}</td> })}
                     <td data-label="URL" class="mono small">{d.url.clone()}</td>
                     <td data-label="State"><span class=format!("badge delivery-{}", d.state)>{d.state.clone()}</span>

@@ -15,31 +15,11 @@ impl Backend {
     /// Parked records, filtered, in the filter's order, from a cursor
     /// either way.
     pub async fn list_parked(&self, f: &ParkedFilter) -> StoreResult<Vec<Parked>> {
-        let mut q = sqlx::QueryBuilder::<Db>::new(format!(
-            "SELECT * FROM (SELECT {PARKED_COLUMNS} FROM {PARKED_FROM} WHERE TRUE"
-        ));
-        match f.state {
-            Some(s) => q.push(" AND p.state = ").push_bind(s.as_str()),
-            None => q.push(" AND p.state <> 'closed'"),
-        };
-        if let Some(s) = f.stage {
-            q.push(" AND p.stage = ").push_bind(s.as_str());
-        }
-        if let Some(m) = &f.model {
-            q.push(" AND p.model = ").push_bind(m.clone());
-        }
-        if let Some(t) = f.parked_before {
-            q.push(" AND p.created_at < ").push_bind(t);
-        }
-        // The page's start, on the sort's columns (the exposure is
-        // computed, hence the outer query).
-        q.push(") q WHERE TRUE");
-        let back = matches!(f.seek, Some(Seek::Before(_)));
-        if let Some(seek) = f.seek {
-            parked_seek(&mut q, f.sort, seek);
-        }
+        let mut q = sqlx::QueryBuilder::<Db>::new("SELECT *");
+        parked_from(&mut q, f);
         // Before a position the list is read the other way round, nearest
         // first, so that the limit keeps the rows next to it.
+        let back = matches!(f.seek, Some(Seek::Before(_)));
         let order = match (f.sort, back) {
             (ParkedSort::Exposure, false) => "q.exposure_usd DESC, q.created_at, q.id",
             (ParkedSort::Exposure, true) => "q.exposure_usd, q.created_at DESC, q.id DESC",
@@ -57,6 +37,14 @@ impl Backend {
             list.reverse();
         }
         Ok(list)
+    }
+
+    /// How many records the filter matches, ignoring its limit; with
+    /// `Before`, how many come before that position in the queue's order.
+    pub async fn count_parked(&self, f: &ParkedFilter) -> StoreResult<i64> {
+        let mut q = sqlx::QueryBuilder::<Db>::new("SELECT COUNT(*)");
+        parked_from(&mut q, f);
+        Ok(q.build().fetch_one(&self.reader).await?.try_get(0)?)
     }
 
     pub async fn parked(&self, id: ParkedId) -> StoreResult<Option<Parked>> {
@@ -630,6 +618,31 @@ async fn latest_decision(conn: &mut Conn, parked: ParkedId) -> StoreResult<Optio
 
 /// Rows after (or before) a position in the queue's order: oldest first,
 /// or most exposed first with ties oldest first.
+/// The records a filter names, its seek among the conditions, as a
+/// derived table `q` (the exposure is computed, hence the outer query).
+fn parked_from<'a>(q: &mut sqlx::QueryBuilder<'a, Db>, f: &'a ParkedFilter) {
+    q.push(format!(
+        " FROM (SELECT {PARKED_COLUMNS} FROM {PARKED_FROM} WHERE TRUE"
+    ));
+    match f.state {
+        Some(s) => q.push(" AND p.state = ").push_bind(s.as_str()),
+        None => q.push(" AND p.state <> 'closed'"),
+    };
+    if let Some(s) = f.stage {
+        q.push(" AND p.stage = ").push_bind(s.as_str());
+    }
+    if let Some(m) = &f.model {
+        q.push(" AND p.model = ").push_bind(m.as_str());
+    }
+    if let Some(t) = f.parked_before {
+        q.push(" AND p.created_at < ").push_bind(t);
+    }
+    q.push(") q WHERE TRUE");
+    if let Some(seek) = f.seek {
+        parked_seek(q, f.sort, seek);
+    }
+}
+
 fn parked_seek(q: &mut sqlx::QueryBuilder<'_, Db>, sort: ParkedSort, seek: Seek<ParkedCursor>) {
     let (later, more) = match seek {
         Seek::After(_) => (">", "<"),

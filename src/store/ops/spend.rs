@@ -98,46 +98,14 @@ impl Backend {
     /// its owner's email and its job's state.
     pub async fn list_attempts(&self, f: &AttemptFilter) -> StoreResult<Vec<AttemptListed>> {
         let mut q = sqlx::QueryBuilder::<Db>::new(format!(
-            "SELECT {LISTED_COLUMNS}{}) AS lease_expired FROM attempts a \
-             JOIN jobs j ON j.id = a.job_id JOIN users u ON u.id = j.user_id WHERE a.budget_day IS NOT NULL",
+            "SELECT {LISTED_COLUMNS}{}) AS lease_expired",
             now!()
         ));
-        if let Some(d) = f.from {
-            q.push(" AND a.budget_day >= ").push_bind(d);
-        }
-        if let Some(d) = f.to {
-            q.push(" AND a.budget_day <= ").push_bind(d);
-        }
-        if f.unpriced_only {
-            q.push(" AND a.cost_usd IS NULL AND a.state IN ('succeeded', 'failed')");
-        }
-        if f.holding_only {
-            q.push(" AND a.hold_usd IS NOT NULL AND a.settled_usd IS NULL");
-        }
-        if let Some(m) = &f.model {
-            q.push(" AND a.model = ").push_bind(m.clone());
-        }
-        if let Some(c) = &f.error_class {
-            q.push(" AND a.error_class = ").push_bind(c.clone());
-        }
-        if let Some(state) = f.state {
-            q.push(" AND a.state = ").push_bind(state.as_str());
-        }
-        // From the cursor in (day, started_at, id) order; before it the
-        // list is read the other way round, nearest first.
+        attempts_from(&mut q, f);
+        // Before a position the list is read the other way round, nearest
+        // first, so that the limit keeps the rows next to it.
         let back = matches!(f.seek, Some(Seek::Before(_)));
-        let (op, order) = if back { ("<", "DESC") } else { (">", "ASC") };
-        if let Some(seek) = f.seek {
-            let c = seek.key();
-            q.push(format!(" AND (a.budget_day {op} ")).push_bind(c.day);
-            q.push(" OR (a.budget_day = ").push_bind(c.day);
-            q.push(format!(" AND (a.started_at {op} "))
-                .push_bind(c.started_at);
-            q.push(" OR (a.started_at = ").push_bind(c.started_at);
-            q.push(format!(" AND a.id {op} "))
-                .push_bind(c.id.0)
-                .push("))))");
-        }
+        let order = if back { "DESC" } else { "ASC" };
         q.push(format!(
             " ORDER BY a.budget_day {order}, a.started_at {order}, a.id {order} LIMIT "
         ))
@@ -161,6 +129,14 @@ impl Backend {
             list.reverse();
         }
         Ok(list)
+    }
+
+    /// How many attempts the filter matches, ignoring its limit; with
+    /// `Before`, how many come before that position in the list.
+    pub async fn count_attempts(&self, f: &AttemptFilter) -> StoreResult<i64> {
+        let mut q = sqlx::QueryBuilder::<Db>::new("SELECT COUNT(*)");
+        attempts_from(&mut q, f);
+        Ok(q.build().fetch_one(&self.reader).await?.try_get(0)?)
     }
 
     /// What may have been spent without a price, right now.
@@ -368,4 +344,49 @@ fn source_spend_from_row(r: &Row) -> StoreResult<SourceSpend> {
         priced: r.try_get("priced")?,
         unpriced: r.try_get("unpriced")?,
     })
+}
+
+/// The attempts a filter names, its seek among the conditions, in
+/// (day, started_at, id) order: after a position is later, before earlier.
+fn attempts_from<'a>(q: &mut sqlx::QueryBuilder<'a, Db>, f: &'a AttemptFilter) {
+    q.push(
+        " FROM attempts a JOIN jobs j ON j.id = a.job_id JOIN users u ON u.id = j.user_id \
+         WHERE a.budget_day IS NOT NULL",
+    );
+    if let Some(d) = f.from {
+        q.push(" AND a.budget_day >= ").push_bind(d);
+    }
+    if let Some(d) = f.to {
+        q.push(" AND a.budget_day <= ").push_bind(d);
+    }
+    if f.unpriced_only {
+        q.push(" AND a.cost_usd IS NULL AND a.state IN ('succeeded', 'failed')");
+    }
+    if f.holding_only {
+        q.push(" AND a.hold_usd IS NOT NULL AND a.settled_usd IS NULL");
+    }
+    if let Some(m) = &f.model {
+        q.push(" AND a.model = ").push_bind(m.as_str());
+    }
+    if let Some(c) = &f.error_class {
+        q.push(" AND a.error_class = ").push_bind(c.as_str());
+    }
+    if let Some(state) = f.state {
+        q.push(" AND a.state = ").push_bind(state.as_str());
+    }
+    if let Some(seek) = f.seek {
+        let op = match seek {
+            Seek::After(_) => ">",
+            Seek::Before(_) => "<",
+        };
+        let c = seek.key();
+        q.push(format!(" AND (a.budget_day {op} ")).push_bind(c.day);
+        q.push(" OR (a.budget_day = ").push_bind(c.day);
+        q.push(format!(" AND (a.started_at {op} "))
+            .push_bind(c.started_at);
+        q.push(" OR (a.started_at = ").push_bind(c.started_at);
+        q.push(format!(" AND a.id {op} "))
+            .push_bind(c.id.0)
+            .push("))))");
+    }
 }

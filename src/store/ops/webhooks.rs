@@ -395,30 +395,12 @@ impl Backend {
 
     /// Deliveries, newest first, filtered, from a cursor either way.
     pub async fn list_deliveries(&self, f: &DeliveryFilter) -> StoreResult<Vec<Delivery>> {
-        let mut q = sqlx::QueryBuilder::<Db>::new(format!(
-            "SELECT {DELIVERY_COLUMNS} FROM webhook_deliveries d JOIN users u ON u.id = d.user_id WHERE TRUE"
-        ));
-        if let Some(u) = f.user {
-            q.push(" AND d.user_id = ").push_bind(u.0);
-        }
-        if let Some(s) = f.state {
-            q.push(" AND d.state = ").push_bind(s.as_str());
-        }
-        if let Some(e) = f.endpoint {
-            q.push(" AND d.endpoint_id = ").push_bind(e.0);
-        }
-        if let Some(t) = f.since {
-            q.push(" AND d.created_at >= ").push_bind(t);
-        }
+        let mut q = sqlx::QueryBuilder::<Db>::new(format!("SELECT {DELIVERY_COLUMNS}"));
+        deliveries_from(&mut q, f);
         // Before a position the list is read the other way round, nearest
         // first, so that the limit keeps the rows next to it.
         let back = matches!(f.seek, Some(Seek::Before(_)));
-        let (op, order) = if back { (">", "ASC") } else { ("<", "DESC") };
-        if let Some(seek) = f.seek {
-            let c = seek.key();
-            q.push(" AND ");
-            push_past(&mut q, ("d.created_at", "d.id"), op, c.created_at, c.id.0);
-        }
+        let order = if back { "ASC" } else { "DESC" };
         q.push(format!(
             " ORDER BY d.created_at {order}, d.id {order} LIMIT "
         ))
@@ -432,6 +414,14 @@ impl Backend {
             list.reverse();
         }
         Ok(list)
+    }
+
+    /// How many deliveries the filter matches, ignoring its limit; with
+    /// `Before`, how many come before that position (newer ones).
+    pub async fn count_deliveries(&self, f: &DeliveryFilter) -> StoreResult<i64> {
+        let mut q = sqlx::QueryBuilder::<Db>::new("SELECT COUNT(*)");
+        deliveries_from(&mut q, f);
+        Ok(q.build().fetch_one(&self.reader).await?.try_get(0)?)
     }
 
     pub async fn delivery(&self, id: DeliveryId) -> StoreResult<Option<Delivery>> {
@@ -585,4 +575,31 @@ async fn endpoint_health_in(
         return Ok(2);
     }
     Ok(1)
+}
+
+/// The deliveries a filter names, its seek among the conditions: newest
+/// first, so after a position is older and before it is newer.
+fn deliveries_from<'a>(q: &mut sqlx::QueryBuilder<'a, Db>, f: &'a DeliveryFilter) {
+    q.push(" FROM webhook_deliveries d JOIN users u ON u.id = d.user_id WHERE TRUE");
+    if let Some(u) = f.user {
+        q.push(" AND d.user_id = ").push_bind(u.0);
+    }
+    if let Some(s) = f.state {
+        q.push(" AND d.state = ").push_bind(s.as_str());
+    }
+    if let Some(e) = f.endpoint {
+        q.push(" AND d.endpoint_id = ").push_bind(e.0);
+    }
+    if let Some(t) = f.since {
+        q.push(" AND d.created_at >= ").push_bind(t);
+    }
+    if let Some(seek) = f.seek {
+        let op = match seek {
+            Seek::After(_) => "<",
+            Seek::Before(_) => ">",
+        };
+        let c = seek.key();
+        q.push(" AND ");
+        push_past(q, ("d.created_at", "d.id"), op, c.created_at, c.id.0);
+    }
 }

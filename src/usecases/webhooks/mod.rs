@@ -9,7 +9,7 @@
 pub mod dispatcher;
 pub mod signing;
 
-use crate::model::{DeliveryId, DeliveryState, Role, WebhookEndpointId, WebhookEvent};
+use crate::model::{DeliveryId, DeliveryState, Role, UserId, WebhookEndpointId, WebhookEvent};
 use crate::store::{
     Delivery, DeliveryCursor, DeliveryFilter, NewWebhookEndpoint, Seek, User, WebhookEndpoint,
     WebhookStats,
@@ -66,6 +66,8 @@ pub struct DeliveryQuery {
     pub endpoint: Option<WebhookEndpointId>,
     pub limit: i64,
     pub seek: Option<Seek<DeliveryCursor>>,
+    /// Say where the page sits in the whole list (two counts more).
+    pub counted: bool,
 }
 
 impl DeliveryQuery {
@@ -100,6 +102,7 @@ impl DeliveryQuery {
             endpoint,
             limit,
             seek: cursor::decode_opt(cursor)?,
+            counted: false,
         })
     }
 }
@@ -267,6 +270,21 @@ impl Tollgate {
     /// Deliveries, newest first: the caller's own, or everyone's for admins.
     pub async fn deliveries(&self, viewer: &User, q: &DeliveryQuery) -> Result<Page<Delivery>> {
         let user = (!viewer.role.allows(Role::Admin)).then_some(viewer.id);
+        self.delivery_page(user, q).await
+    }
+
+    /// The caller's own deliveries, newest first, whatever their role (the
+    /// Account page shows a person only what was sent for them).
+    pub async fn own_deliveries(&self, viewer: &User, q: &DeliveryQuery) -> Result<Page<Delivery>> {
+        self.delivery_page(Some(viewer.id), q).await
+    }
+
+    /// A page of deliveries, of one person or (`None`) everyone's.
+    async fn delivery_page(
+        &self,
+        user: Option<UserId>,
+        q: &DeliveryQuery,
+    ) -> Result<Page<Delivery>> {
         let filter = DeliveryFilter {
             user,
             state: q.state,
@@ -276,23 +294,22 @@ impl Tollgate {
             limit: q.limit + 1,
         };
         let list = self.store().list_deliveries(&filter).await?;
-        Ok(Page::of(list, q.limit as usize, q.seek, |d| {
-            DeliveryCursor {
-                created_at: d.created_at,
-                id: d.id,
-            }
-        }))
-    }
-
-    /// The caller's own newest deliveries, whatever their role (the
-    /// Account page shows a person only what was sent for them).
-    pub async fn own_deliveries(&self, viewer: &User, limit: i64) -> Result<Vec<Delivery>> {
-        let filter = DeliveryFilter {
-            user: Some(viewer.id),
-            limit: limit.clamp(1, DELIVERIES_PAGE_MAX),
-            ..Default::default()
+        let at = |d: &Delivery| DeliveryCursor {
+            created_at: d.created_at,
+            id: d.id,
         };
-        Ok(self.store().list_deliveries(&filter).await?)
+        let mut page = Page::of(list, q.limit as usize, q.seek, at);
+        if q.counted {
+            let count = |seek| {
+                let f = DeliveryFilter {
+                    seek,
+                    ..filter.clone()
+                };
+                async move { self.store().count_deliveries(&f).await }
+            };
+            page.place = Some(cursor::place_of(&page, at, count).await?);
+        }
+        Ok(page)
     }
 
     /// Deliveries by state, and the endpoints failing, for the admin page.
