@@ -10,7 +10,7 @@ use axum::response::Redirect;
 use axum::routing::post;
 use axum::{Extension, Form, Router};
 use serde::Deserialize;
-use tollgate::model::{ApiTokenId, Credits, JobId, Role, UserId};
+use tollgate::model::{ApiTokenId, Credits, Happening, JobId, Role, UserId};
 use tollgate::usecases::auth::{begin_session, end_session, AdminOnly, AnyUser, Authorized};
 use tollgate::{Error, Tollgate};
 use tower_sessions::Session;
@@ -559,16 +559,28 @@ async fn repair_edit(
     .await;
     match result {
         Ok(s) => {
-            let note = if s.created {
-                format!("Repair ordered; {} credits charged. We will compare it with the version you have and keep the better one.", s.job.credits)
-            } else {
+            let note = if !s.created {
                 "This repair was already ordered.".to_string()
+            } else if repair_was_waived(&t, who.user(), s.job.id).await {
+                "Repair ordered, on us: the review found issues with the version before. We will compare it with the version you have and keep the better one.".to_string()
+            } else {
+                format!("Repair ordered; {} credits charged. We will compare it with the version you have and keep the better one.", s.job.credits)
             };
             flash::ok(&session, note).await;
             Redirect::to(&format!("/edits/{}", s.job.id))
         }
         Err(e) => report(&session, e, &back).await,
     }
+}
+
+/// Whether the repair's charge was given back at once (a free repair of a
+/// version whose review found issues): its timeline says so.
+async fn repair_was_waived(t: &Tollgate, user: &tollgate::store::User, repair: JobId) -> bool {
+    t.job_events(user, repair).await.is_ok_and(|events| {
+        events
+            .iter()
+            .any(|e| matches!(e.happening, Happening::Waived { .. }))
+    })
 }
 
 /// "Make this mine": one version of an edit becomes the person's.
