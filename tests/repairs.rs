@@ -166,6 +166,7 @@ both_backends!(
     a_flagged_result_is_repaired_once_for_free,
     racing_repairs_of_a_flagged_result_make_one_free,
     the_person_chooses_which_version_is_theirs,
+    a_choice_racing_a_repair_leaves_the_repair_on_the_persons_version,
 );
 
 async fn a_repair_that_improves_is_delivered(db: TestDb) {
@@ -757,4 +758,69 @@ async fn the_person_chooses_which_version_is_theirs(db: TestDb) {
             .any(|e| e["detail"]["step"] == "compare" && e["detail"]["against"] == original["id"]),
         "compared with the chosen version: {events}"
     );
+}
+
+/// A person's choice and a repair ordered at the same moment: whichever
+/// goes first, a repair under way works on the version the lineage says
+/// is theirs (its comparison is with that one), and a choice made while a
+/// repair runs is refused. Three lineages, each raced behind a barrier.
+async fn a_choice_racing_a_repair_leaves_the_repair_on_the_persons_version(db: TestDb) {
+    let a = Arc::new(api(db).await);
+    let t = a.db.tollgate.clone();
+    for round in 0..3 {
+        // A person a round: an edit is ordered under one key per person.
+        let (u, token) = a
+            .person(&format!("racer{round}@example.com"), Role::User, 100)
+            .await;
+        let original = a.delivered_edit(&u, &token).await;
+        let first: tollgate::model::JobId = original["id"].as_str().unwrap().parse().unwrap();
+        let (s, repair) = a
+            .post(
+                &token,
+                &repairs_of(&original["id"]),
+                Some(&format!("improve-{round}")),
+                &json!({"instruction": "make the stitches bolder"}),
+            )
+            .await;
+        assert_eq!(s, StatusCode::CREATED, "{repair}");
+        let engine = tollgate::engine::start(t.clone(), 1);
+        a.settled(&token, repair["id"].as_str().unwrap()).await;
+        engine.shutdown().await;
+        let barrier = Arc::new(Barrier::new(2));
+        let choose = {
+            let (t, u, barrier) = (t.clone(), u.clone(), barrier.clone());
+            tokio::spawn(async move {
+                barrier.wait().await;
+                t.choose_version(&u, first).await
+            })
+        };
+        let order = {
+            let (a, token, barrier) = (a.clone(), token.clone(), barrier.clone());
+            let path = repairs_of(&original["id"]);
+            tokio::spawn(async move {
+                barrier.wait().await;
+                a.post(
+                    &token,
+                    &path,
+                    Some(&format!("race-{round}")),
+                    &json!({"instruction": "softer"}),
+                )
+                .await
+            })
+        };
+        let chosen = choose.await.unwrap();
+        let (s, raced) = order.await.unwrap();
+        assert_eq!(s, StatusCode::CREATED, "{raced}");
+        let raced: tollgate::model::JobId = raced["id"].as_str().unwrap().parse().unwrap();
+        let state = a.db.store().lineage(first).await.unwrap().unwrap();
+        let job = a.db.store().job(raced).await.unwrap().unwrap();
+        assert_eq!(
+            job.repair_of,
+            Some(state.delivered),
+            "round {round}: the repair works on the person's version (chosen: {chosen:?})"
+        );
+        if let Err(e) = chosen {
+            assert_eq!(e.code(), "REPAIR_UNDER_WAY", "{e:?}");
+        }
+    }
 }

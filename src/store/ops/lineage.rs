@@ -4,7 +4,7 @@
 //! the lineage's delivered version moved (or its repairs stopped) in the
 //! repair's terminal write.
 
-use super::within::{lineage_from_row, LINEAGE_COLUMNS};
+use super::within::{ensure_lineage_in, lineage_from_row, LINEAGE_COLUMNS};
 use super::*;
 use crate::model::{repair_is_free, Happening, LineageState, RepairRefusal, Review, REPAIRS_MAX};
 use chrono::{DateTime, Utc};
@@ -118,14 +118,15 @@ impl Backend {
         at: DateTime<Utc>,
     ) -> StoreResult<bool> {
         let mut tx = self.writer.begin().await?;
-        // A lineage nobody repaired yet has no row: its first edit is it.
-        sqlx::query(
-            "INSERT INTO lineages (root, delivered, repairs_used, stopped, updated_at) \
-             VALUES ($1, $1, 0, FALSE, $2) ON CONFLICT (root) DO NOTHING",
-        )
+        ensure_lineage_in(&mut tx, root, at).await?;
+        // Queued behind a repair being ordered on the same row (PostgreSQL),
+        // so the check below, a statement of its own, sees that repair.
+        sqlx::query(&format!(
+            "SELECT root FROM lineages WHERE root = $1 {}",
+            for_update!()
+        ))
         .bind(root.0)
-        .bind(at)
-        .execute(&mut *tx)
+        .fetch_one(&mut *tx)
         .await?;
         let chosen = sqlx::query(
             "UPDATE lineages SET delivered = $2, updated_at = $3 WHERE root = $1 \
@@ -142,7 +143,7 @@ impl Backend {
         .rows_affected()
             == 1;
         tx.commit().await?;
-        self.committed(Purpose::Other, 2);
+        self.committed(Purpose::Other, 3);
         Ok(chosen)
     }
 
@@ -212,14 +213,7 @@ async fn take_repair_in(
     root: JobId,
     at: DateTime<Utc>,
 ) -> StoreResult<uuid::Uuid> {
-    sqlx::query(
-        "INSERT INTO lineages (root, delivered, repairs_used, stopped, updated_at) \
-         VALUES ($1, $1, 0, FALSE, $2) ON CONFLICT (root) DO NOTHING",
-    )
-    .bind(root.0)
-    .bind(at)
-    .execute(&mut *conn)
-    .await?;
+    ensure_lineage_in(conn, root, at).await?;
     // The one place the limit is enforced: racing requests queue on the
     // lineage's row, and each sees the count the previous one left.
     let taken: Option<uuid::Uuid> = sqlx::query_scalar(

@@ -40,6 +40,25 @@ pub(super) async fn lineage_in(conn: &mut Conn, job: &Job) -> StoreResult<Option
     }))
 }
 
+/// Makes sure `root`'s lineage has its row (a lineage nobody repaired or
+/// chose in yet has none: its first edit is what the person has), so
+/// that writers to it can queue on that row.
+pub(super) async fn ensure_lineage_in(
+    conn: &mut Conn,
+    root: JobId,
+    at: DateTime<Utc>,
+) -> StoreResult<()> {
+    sqlx::query(
+        "INSERT INTO lineages (root, delivered, repairs_used, stopped, updated_at) \
+         VALUES ($1, $1, 0, FALSE, $2) ON CONFLICT (root) DO NOTHING",
+    )
+    .bind(root.0)
+    .bind(at)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
 /// With a refund (rule 3): a failed or cancelled repair gives its slot
 /// back. The lineage's count is recounted from its repairs, not
 /// decremented, so running this again (a second refund attempt, or a free
