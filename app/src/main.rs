@@ -164,27 +164,7 @@ async fn run(cli: Cli) -> Result<(), Fatal> {
             println!("migrations applied");
             Ok(())
         }
-        Command::User {
-            command: UserCommand::Add { email, role },
-        } => {
-            let tollgate = Tollgate::open(config).await?;
-            let password = read_password()?;
-            let user = tollgate.add_user(&email, role, &password).await?;
-            println!("{} {} {}", user.id, user.email, user.role);
-            Ok(())
-        }
-        Command::User {
-            command: UserCommand::SetPassword { email },
-        } => {
-            let tollgate = Tollgate::open(config).await?;
-            let user = tollgate.user_by_email(&email).await?;
-            let password = read_password()?;
-            tollgate
-                .set_password(None, user.id, &password, &password)
-                .await?;
-            println!("password set for {}; their sessions ended", user.email);
-            Ok(())
-        }
+        Command::User { command } => user_command(Tollgate::open(config).await?, command).await,
         Command::Credits {
             command:
                 CreditsCommand::Grant {
@@ -217,6 +197,26 @@ async fn run(cli: Cli) -> Result<(), Fatal> {
             Ok(())
         }
     }
+}
+
+/// `tollgate user add` and `tollgate user set-password`.
+async fn user_command(tollgate: Tollgate, command: UserCommand) -> Result<(), Fatal> {
+    match command {
+        UserCommand::Add { email, role } => {
+            let password = read_password()?;
+            let user = tollgate.add_user(&email, role, &password).await?;
+            println!("{} {} {}", user.id, user.email, user.role);
+        }
+        UserCommand::SetPassword { email } => {
+            let user = tollgate.user_by_email(&email).await?;
+            let password = read_password()?;
+            tollgate
+                .set_password(None, user.id, &password, &password)
+                .await?;
+            println!("password set for {}; their sessions ended", user.email);
+        }
+    }
+    Ok(())
 }
 
 /// TOLLGATE_PASSWORD, or the first line of standard input.

@@ -58,34 +58,61 @@ pub async fn load_admin_jobs(
         cursor,
     };
     use super::ssr::*;
-    use tollgate::usecases::jobs::{JobQuery, Whose};
+    use tollgate::usecases::jobs::Whose;
     let p = require(tollgate::model::Role::Admin).await?;
     let t = engine()?;
     let whose = match filter.user.as_deref() {
         Some(email) => Whose::Of(t.user_by_email(email).await.map_err(fail)?.id),
         None => Whose::Everyone,
     };
-    let counts = t.job_counts(&p.user, whose).await.map_err(fail)?;
+    let (counts, total) = status_counts(&t, &p.user, whose).await.map_err(fail)?;
+    let (page, found) = match filter.find.as_deref() {
+        Some(find) => {
+            let jobs = found(&t, &p.user, find).await.map_err(fail)?;
+            let page = Paged {
+                rows: rows_of(&t, jobs).await.map_err(fail)?,
+                next: None,
+                prev: None,
+                place: None,
+            };
+            (page, Some(find.to_string()))
+        }
+        None => (listed(&t, &p.user, whose, &filter).await?, None),
+    };
+    Ok(AdminJobs {
+        page,
+        counts,
+        total,
+        found,
+    })
+}
+
+/// The Jobs page's tabs: (status, its words, how many), and all of them.
+#[cfg(feature = "ssr")]
+async fn status_counts(
+    t: &tollgate::Tollgate,
+    admin: &tollgate::store::User,
+    whose: tollgate::usecases::jobs::Whose,
+) -> Result<(Vec<(String, String, u64)>, u64), tollgate::Error> {
+    let counts = t.job_counts(admin, whose).await?;
     let total = counts.iter().map(|(_, n)| n).sum();
     let counts = counts
         .into_iter()
         .map(|(s, n)| (s.as_str().to_string(), s.label().to_string(), n))
         .collect();
-    if let Some(find) = filter.find.as_deref() {
-        let jobs = found(&t, &p.user, find).await.map_err(fail)?;
-        let page = Paged {
-            rows: rows_of(&t, jobs).await.map_err(fail)?,
-            next: None,
-            prev: None,
-            place: None,
-        };
-        return Ok(AdminJobs {
-            page,
-            counts,
-            total,
-            found: Some(find.to_string()),
-        });
-    }
+    Ok((counts, total))
+}
+
+/// A page of the jobs the filter's status names, newest first, counted.
+#[cfg(feature = "ssr")]
+async fn listed(
+    t: &tollgate::Tollgate,
+    admin: &tollgate::store::User,
+    whose: tollgate::usecases::jobs::Whose,
+    filter: &AdminJobsFilter,
+) -> Result<Paged<AdminJobRow>, ServerFnError> {
+    use super::ssr::fail;
+    use tollgate::usecases::jobs::JobQuery;
     let mut q = JobQuery::parse(
         filter.status.as_deref(),
         Some(super::ADMIN_JOBS_PAGE),
@@ -94,27 +121,15 @@ pub async fn load_admin_jobs(
     .map_err(fail)?;
     q.whose = whose;
     q.counted = true;
-    let tollgate::usecases::cursor::Page {
-        items,
-        next,
-        prev,
-        place,
-    } = t.list_jobs(&p.user, &q).await.map_err(fail)?;
-    let page = super::paged(
-        tollgate::usecases::cursor::Page {
-            items: rows_of(&t, items).await.map_err(fail)?,
-            next,
-            prev,
-            place,
-        },
-        |row| row,
-    );
-    Ok(AdminJobs {
-        page,
-        counts,
-        total,
-        found: None,
-    })
+    let page = t.list_jobs(admin, &q).await.map_err(fail)?;
+    let rows = rows_of(t, page.items).await.map_err(fail)?;
+    let page = tollgate::usecases::cursor::Page {
+        items: rows,
+        next: page.next,
+        prev: page.prev,
+        place: page.place,
+    };
+    Ok(super::paged(page, |row| row))
 }
 
 #[cfg(feature = "ssr")]

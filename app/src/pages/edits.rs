@@ -3,7 +3,7 @@
 use super::{LoadError, Pager, Timeline};
 use crate::data::{
     load_job_detail, my_jobs, AttemptRow, EventRow, JobDetail, JobRow, LineageView, ParkedRow,
-    StoryRow,
+    StoryRow, VersionView,
 };
 use crate::islands::{BeforeAfter, LiveStatus, VersionCompare};
 use leptos::prelude::*;
@@ -408,9 +408,6 @@ fn Story(rows: Vec<StoryRow>) -> impl IntoView {
 
 /// The lineage: each version (the delivered one marked), each repair's
 /// instruction and what the comparison found, and the repair form.
-///
-/// Long: the version list and the repair form read the same lineage state
-/// (repairs left, why repairs are closed, the balance).
 #[component]
 fn Versions(lineage: LineageView, job_id: String) -> impl IntoView {
     let LineageView {
@@ -422,43 +419,17 @@ fn Versions(lineage: LineageView, job_id: String) -> impl IntoView {
         repair_key,
         delivered_id,
     } = lineage;
-    let action = format!("/edits/{job_id}/repairs");
     let on_delivered = delivered_id == job_id;
     let cards = versions
         .into_iter()
-        .map(|v| {
-            let outcome = v.outcome.clone().map(|o| match o.as_str() {
-                "improved" => ("Better: delivered", "ok"),
-                "unchanged" => ("No better: yours kept", "warn"),
-                "worse" => ("Worse: yours kept", "warn"),
-                _ => ("Compared", "plain"),
-            });
-            view! {
-                <li class="version" class:version-delivered=v.delivered class:version-current=v.current data-testid="version">
-                    <a href=format!("/edits/{}", v.id) class="version-link">
-                        <div class="version-thumb">
-                            {match v.output_url.clone() {
-                                Some(u) => view! { <img src=u alt=format!("{}", v.label) loading="lazy" /> }.into_any(),
-                                None => view! { <span class="muted small">{v.status.label()}</span> }.into_any(),
-                            }}
-                        </div>
-                        <div class="version-body">
-                            <strong>{v.label.clone()}</strong>
-                            {v.delivered.then(|| view! { <span class="badge status-succeeded" data-testid="delivered-badge">"Yours"</span> })}
-                            {outcome.map(|(text, tone)| view! { <span class=format!("badge outcome-{tone}") data-testid="outcome">{text}</span> })}
-                            {v.instruction.clone().map(|i| view! { <p class="small version-instruction">"“"{i}"”"</p> })}
-                            {(v.status != tollgate::model::JobStatus::Succeeded).then(|| view! { <p class="small muted">{v.status.label()}</p> })}
-                        </div>
-                    </a>
-                    {v.choosable.then(|| view! {
-                        <form method="post" action=format!("/edits/{}/choose", v.id) class="version-choose">
-                            <button type="submit" class="btn btn-ghost btn-small" data-testid="choose-version">"Make this mine"</button>
-                        </form>
-                    })}
-                </li>
-            }
-        })
+        .map(|v| view! { <VersionCard v=v /> })
         .collect_view();
+    let terms = RepairTerms {
+        credits: repair_credits,
+        balance,
+        repairs_left,
+        on_delivered,
+    };
     view! {
         <section class="card lineage" data-testid="lineage">
             <h2 class="card-title">"Versions"</h2>
@@ -466,27 +437,102 @@ fn Versions(lineage: LineageView, job_id: String) -> impl IntoView {
             <h2 class="card-title">"Ask for a repair"</h2>
             {match closed {
                 Some(why) => view! { <p class="muted" data-testid="repair-closed">{why}</p> }.into_any(),
-                None => view! {
-                    <form method="post" action=action class="repair-form" data-testid="repair-form">
-                        <input type="hidden" name="key" value=repair_key />
-                        <div class="field">
-                            <label for="instruction">"What should change?"</label>
-                            <textarea id="instruction" name="instruction" rows="3" required maxlength="500"
-                                placeholder="For example: make the stitches bolder, or keep the leash photographic"></textarea>
-                            <p class="hint small muted">
-                                {if on_delivered { "The repair starts from this version. ".to_string() } else { "The repair starts from the version you have now. ".to_string() }}
-                                "The settings stay the same. We compare the result with your version and keep the better one."
-                            </p>
-                        </div>
-                        <p class="repair-terms">
-                            <span data-testid="repair-price">{if repair_credits == 0 { "Free".to_string() } else { format!("{repair_credits} credits") }}</span>
-                            <span class="muted small">{if repair_credits == 0 { " · our check found issues with this version, so this repair is on us".to_string() } else { format!(" · you have {balance}") }}{format!(" · {repairs_left} of 2 repairs left · refunded if it fails")}</span>
-                        </p>
-                        <button type="submit" class="btn btn-primary" data-testid="repair-submit">"Ask for a repair"</button>
-                    </form>
-                }.into_any(),
+                None => view! { <RepairForm job_id=job_id repair_key=repair_key terms=terms /> }.into_any(),
             }}
         </section>
+    }
+}
+
+/// One version of a lineage: its result, whether it is the person's, what
+/// its comparison found, and "Make this mine" where it may be chosen.
+#[component]
+fn VersionCard(v: VersionView) -> impl IntoView {
+    let outcome = v.outcome.clone().map(|o| match o.as_str() {
+        "improved" => ("Better: delivered", "ok"),
+        "unchanged" => ("No better: yours kept", "warn"),
+        "worse" => ("Worse: yours kept", "warn"),
+        _ => ("Compared", "plain"),
+    });
+    view! {
+        <li class="version" class:version-delivered=v.delivered class:version-current=v.current data-testid="version">
+            <a href=format!("/edits/{}", v.id) class="version-link">
+                <div class="version-thumb">
+                    {match v.output_url.clone() {
+                        Some(u) => view! { <img src=u alt=format!("{}", v.label) loading="lazy" /> }.into_any(),
+                        None => view! { <span class="muted small">{v.status.label()}</span> }.into_any(),
+                    }}
+                </div>
+                <div class="version-body">
+                    <strong>{v.label.clone()}</strong>
+                    {v.delivered.then(|| view! { <span class="badge status-succeeded" data-testid="delivered-badge">"Yours"</span> })}
+                    {outcome.map(|(text, tone)| view! { <span class=format!("badge outcome-{tone}") data-testid="outcome">{text}</span> })}
+                    {v.instruction.clone().map(|i| view! { <p class="small version-instruction">"“"{i}"”"</p> })}
+                    {(v.status != tollgate::model::JobStatus::Succeeded).then(|| view! { <p class="small muted">{v.status.label()}</p> })}
+                </div>
+            </a>
+            {v.choosable.then(|| view! {
+                <form method="post" action=format!("/edits/{}/choose", v.id) class="version-choose">
+                    <button type="submit" class="btn btn-ghost btn-small" data-testid="choose-version">"Make this mine"</button>
+                </form>
+            })}
+        </li>
+    }
+}
+
+/// What a repair costs and leaves, as the form says it.
+#[derive(Clone, Copy)]
+struct RepairTerms {
+    credits: i64,
+    balance: i64,
+    repairs_left: u32,
+    /// The page is the version a repair would start from.
+    on_delivered: bool,
+}
+
+/// The repair form: the instruction, and before the click what it costs
+/// (free when our check found issues), what is left, and the refund.
+#[component]
+fn RepairForm(job_id: String, repair_key: String, terms: RepairTerms) -> impl IntoView {
+    let RepairTerms {
+        credits,
+        balance,
+        repairs_left,
+        on_delivered,
+    } = terms;
+    let start = if on_delivered {
+        "The repair starts from this version. "
+    } else {
+        "The repair starts from the version you have now. "
+    };
+    let (price, why) = if credits == 0 {
+        (
+            "Free".to_string(),
+            " · our check found issues with this version, so this repair is on us".to_string(),
+        )
+    } else {
+        (
+            format!("{credits} credits"),
+            format!(" · you have {balance}"),
+        )
+    };
+    view! {
+        <form method="post" action=format!("/edits/{job_id}/repairs") class="repair-form" data-testid="repair-form">
+            <input type="hidden" name="key" value=repair_key />
+            <div class="field">
+                <label for="instruction">"What should change?"</label>
+                <textarea id="instruction" name="instruction" rows="3" required maxlength="500"
+                    placeholder="For example: make the stitches bolder, or keep the leash photographic"></textarea>
+                <p class="hint small muted">
+                    {start}
+                    "The settings stay the same. We compare the result with your version and keep the better one."
+                </p>
+            </div>
+            <p class="repair-terms">
+                <span data-testid="repair-price">{price}</span>
+                <span class="muted small">{why}{format!(" · {repairs_left} of 2 repairs left · refunded if it fails")}</span>
+            </p>
+            <button type="submit" class="btn btn-primary" data-testid="repair-submit">"Ask for a repair"</button>
+        </form>
     }
 }
 
