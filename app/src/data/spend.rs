@@ -477,40 +477,40 @@ pub async fn load_spend(filters: SpendFilters) -> Result<SpendView, ServerFnErro
     })
 }
 
+/// One row of a spend table: what it is called, what it filters by, and
+/// its tally.
+#[cfg(feature = "ssr")]
+fn tally_row(label: String, key: String, tally: &tollgate::usecases::spend::Tally) -> TallyRow {
+    TallyRow {
+        label,
+        key,
+        attempts: tally.attempts,
+        spend: tally.words(),
+        unpriced: tally.unpriced,
+    }
+}
+
 /// A model's spend: "local · local-clip".
 #[cfg(feature = "ssr")]
 fn model_row(m: &tollgate::usecases::spend::SpendModel) -> TallyRow {
-    TallyRow {
-        label: format!("{} · {}", m.provider, m.model),
-        key: m.model.clone(),
-        attempts: m.tally.attempts,
-        spend: m.tally.words(),
-        unpriced: m.tally.unpriced,
-    }
+    tally_row(
+        format!("{} · {}", m.provider, m.model),
+        m.model.clone(),
+        &m.tally,
+    )
 }
 
 /// An error class's spend; attempts that did not fail are "no error".
 #[cfg(feature = "ssr")]
 fn class_row(c: &tollgate::usecases::spend::SpendClass) -> TallyRow {
-    TallyRow {
-        label: c.error_class.clone().unwrap_or_else(|| "no error".into()),
-        key: c.error_class.clone().unwrap_or_default(),
-        attempts: c.tally.attempts,
-        spend: c.tally.words(),
-        unpriced: c.tally.unpriced,
-    }
+    let label = c.error_class.clone().unwrap_or_else(|| "no error".into());
+    tally_row(label, c.error_class.clone().unwrap_or_default(), &c.tally)
 }
 
 /// A person's spend, by their email.
 #[cfg(feature = "ssr")]
 fn person_row(p: &tollgate::usecases::spend::PersonSpend) -> TallyRow {
-    TallyRow {
-        label: p.email.to_string(),
-        key: p.email.to_string(),
-        attempts: p.tally.attempts,
-        spend: p.tally.words(),
-        unpriced: p.tally.unpriced,
-    }
+    tally_row(p.email.to_string(), p.email.to_string(), &p.tally)
 }
 
 /// A token's spend, named as its owner knows it: "ci (tg_3fa…) · ana@…".
@@ -526,13 +526,7 @@ fn token_row(t: &tollgate::usecases::spend::TokenSpend) -> TallyRow {
         ),
         None => format!("From the pages · {}", t.owner),
     };
-    TallyRow {
-        label,
-        key: t.owner.to_string(),
-        attempts: t.tally.attempts,
-        spend: t.tally.words(),
-        unpriced: t.tally.unpriced,
-    }
+    tally_row(label, t.owner.to_string(), &t.tally)
 }
 
 #[server]

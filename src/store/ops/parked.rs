@@ -616,8 +616,6 @@ async fn latest_decision(conn: &mut Conn, parked: ParkedId) -> StoreResult<Optio
     row.as_ref().map(decision_from_row).transpose()
 }
 
-/// Rows after (or before) a position in the queue's order: oldest first,
-/// or most exposed first with ties oldest first.
 /// The records a filter names, its seek among the conditions, as a
 /// derived table `q` (the exposure is computed, hence the outer query).
 fn parked_from<'a>(q: &mut sqlx::QueryBuilder<'a, Db>, f: &'a ParkedFilter) {
@@ -643,6 +641,8 @@ fn parked_from<'a>(q: &mut sqlx::QueryBuilder<'a, Db>, f: &'a ParkedFilter) {
     }
 }
 
+/// Rows after (or before) a position in the queue's order: oldest first,
+/// or most exposed first with ties oldest first.
 fn parked_seek(q: &mut sqlx::QueryBuilder<'_, Db>, sort: ParkedSort, seek: Seek<ParkedCursor>) {
     let (later, more) = match seek {
         Seek::After(_) => (">", "<"),
