@@ -131,6 +131,10 @@ test.describe.serial('every list pages', () => {
       return (await r.json()).data.length;
     }).toBe(100);
     expect((await walk(page, '/account', 'delivery-row', 'deliveries')).total).toBe(JOBS);
+    // Money in the words people use: "$0.04", not "$0.040000".
+    const [job] = (await (await page.request.get('/v1/jobs?limit=1')).json()).data;
+    await page.goto(`/edits/${job.id}`);
+    await expect(page.locator('dt:has-text("Provider estimate") + dd')).toHaveText('$0.04');
   });
 
   test('an admin and a reviewer page jobs, the queue, attempts and deliveries to the end and back', async ({ page }) => {

@@ -396,7 +396,7 @@ fn job_row(j: tollgate::store::Job) -> JobRow {
         status: j.status,
         request: j.request,
         credits: j.credits.get(),
-        estimated_usd: j.estimated_usd.to_string(),
+        estimated_usd: j.estimated_usd.dollars(),
         created: ssr::when(j.created_at),
         completed: j.completed_at.map(ssr::when),
         error: j.error.map(|e| {

@@ -577,7 +577,7 @@ pub fn EditComposer(composer: Composer) -> impl IntoView {
             <div class="checkout card">
                 <div class="price">
                     <span class="price-credits" data-testid="price">{move || format!("{} credits", price.get().credits)}</span>
-                    <span class="muted small">{move || format!("You have {balance}. Provider estimate ${}", price.get().estimated_usd)}</span>
+                    <span class="muted small">{move || format!("You have {balance}. Provider estimate {}", price.get().estimated_usd.dollars())}</span>
                 </div>
                 {move || blocker.get().map(|b| view! { <p class="order-blocker" data-testid="order-blocker" role="status">{b}</p> })}
                 {move || submit_error.get().map(|e| view! { <div class="flash flash-error" role="alert"><p>{e}</p></div> })}

@@ -169,7 +169,7 @@ fn JobLine(r: AdminJobRow) -> impl IntoView {
                 {r.job.error.clone().filter(|_| failed).map(|e| view! { <div class="small muted job-why" data-testid="job-why">{e}</div> })}
             </td>
             <td class="num" data-label="Credits">{r.job.credits}</td>
-            <td class="mono small" data-label="Estimate">{format!("${}", r.job.estimated_usd)}</td>
+            <td class="mono small" data-label="Estimate">{r.job.estimated_usd.clone()}</td>
             <td class="mono small" data-label="Cost" data-testid="job-cost">{r.cost.unwrap_or_else(|| "—".into())}</td>
             <td class="actions">
                 {open.then(|| view! {

@@ -771,7 +771,7 @@ fn BudgetDayRow(d: DayRow, today: String) -> impl IntoView {
             <td class="num" data-label="Used">{d.used.clone()}</td>
             <td class="num" data-label="Held">{d.reserved.clone()}</td>
             <td class="num" data-label="Remaining">{d.remaining.clone()}</td>
-            <td data-label="Of cap">{meter(&d, label)}</td>
+            <td data-label="Of cap"><span class="meter-row">{meter(&d, label)}<span class="small muted">{format!("{}%", d.percent)}</span></span></td>
             <td data-label="State">{day_state(&d)}{halted_note}</td>
             <td class="actions">{action}</td>
         </tr>

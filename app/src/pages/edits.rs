@@ -184,7 +184,7 @@ fn Detail(detail: JobDetail) -> impl IntoView {
                     <dt>"Price"</dt>
                     <dd data-testid="job-price">{format!("{} credits", job.credits)}</dd>
                     <dt>"Provider estimate"</dt>
-                    <dd class="mono">{format!("${}", job.estimated_usd)}</dd>
+                    <dd class="mono">{job.estimated_usd.clone()}</dd>
                 </dl>
                 {parked.map(|p| view! { <ParkedNotice parked=p /> })}
                 <h2 class="card-title">"What happened"</h2>
