@@ -66,8 +66,10 @@ const ROOT_REEXPORTS: &[(&str, &str)] = &[
 ];
 
 /// Files that are a crate's root (or, `bin`, other crates: binaries that
-/// use the library as any client does), not a layer.
-const ROOTS: &[&str] = &["lib", "main", "layers", "bin"];
+/// use the library as any client does), or its tests of the whole
+/// (`layers`, `properties`, which reach anywhere as unit tests do): not a
+/// layer.
+const ROOTS: &[&str] = &["lib", "main", "layers", "properties", "bin"];
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).expect("source folder") {

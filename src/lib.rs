@@ -31,6 +31,8 @@ pub mod wire;
 
 #[cfg(all(test, feature = "server"))]
 mod layers;
+#[cfg(all(test, feature = "server"))]
+mod properties;
 
 #[cfg(feature = "server")]
 pub use usecases::Tollgate;

@@ -27,7 +27,7 @@ pub use catalogue::{
     style, Catalogue, EditModel, Resolution, Strength, Style, TargetKind, VideoModel, VideoPrice,
     STYLES,
 };
-pub use credits::{Credits, CreditsError};
+pub use credits::{Credits, CreditsError, GRANT_MAX};
 pub use email::{Email, EmailError};
 pub use event::{in_order_of_happening, DecisionNote, GeneratedNote, Happening, StepDone};
 pub use ids::{

@@ -51,7 +51,7 @@ fn undecodable(message: impl Into<String>) -> Error {
 
 /// Checks an upload and returns (content type, width, height). Runs on a
 /// blocking thread: decoding is CPU work.
-fn inspect(bytes: &[u8], declared: Option<&str>) -> Result<(&'static str, u32, u32)> {
+pub(crate) fn inspect(bytes: &[u8], declared: Option<&str>) -> Result<(&'static str, u32, u32)> {
     let declared = declared.map(|d| {
         d.split(';')
             .next()
