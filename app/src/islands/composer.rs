@@ -111,12 +111,6 @@ async fn mask_blob(canvas: &HtmlCanvasElement) -> Result<web_sys::Blob, String> 
     blob.dyn_into().map_err(|e| format!("{e:?}"))
 }
 
-/// The order form: photo, target, medium, strength, price and the order.
-///
-/// Long, and the next to split (issue 30): one island whose parts all read
-/// and write the same signals (the photo, the painted mask, the price and
-/// the upload and order states); the split is into child components that
-/// take those signals, which this session did not reach.
 /// Why an order cannot go through yet, in words that say what to do;
 /// `None` when it can. The most useful first: a photo, then the area,
 /// then money the person can do nothing about from here.
@@ -146,6 +140,12 @@ fn order_blocker(
     None
 }
 
+/// The order form: photo, target, medium, strength, price and the order.
+///
+/// Long, and the next to split (issue 30): one island whose parts all read
+/// and write the same signals (the photo, the painted mask, the price and
+/// the upload and order states); the split is into child components that
+/// take those signals, which has not been done yet.
 #[island]
 pub fn EditComposer(composer: Composer) -> impl IntoView {
     let Composer {
