@@ -1224,11 +1224,11 @@ mod retention {
             &judge,
             rx.id,
             &DecisionRequest {
-                action: "accept_failure".into(),
+                action: tollgate::model::ReviewAction::AcceptFailure,
                 evidence: "nothing was made".into(),
+                provider_job_id: None,
                 refund: Some(true),
                 release_hold: Some(true),
-                ..Default::default()
             },
         )
         .await

@@ -21,7 +21,7 @@ use tollgate::providers::mock::MockConfig;
 use tollgate::store::{
     Applied, Claim, Finish, Hold, NewAttempt, NewParked, Op, Parked, Unit, User,
 };
-use tollgate::usecases::parked::DecisionRequest;
+use tollgate::usecases::parked::{DecisionRequest, ParkedQuery, ParkedQueryText};
 use tollgate::wire::JobObject;
 use tollgate::Error;
 use tollgate_testkit::both_backends;
@@ -198,10 +198,17 @@ async fn claim_one(db: &TestDb, job: JobId) -> Claim {
 
 fn decision(action: &str) -> DecisionRequest {
     DecisionRequest {
-        action: action.into(),
+        action: tollgate::usecases::parked::parse_action(action).unwrap(),
         evidence: format!("checked the provider's dashboard before {action}"),
-        ..Default::default()
+        provider_job_id: None,
+        refund: None,
+        release_hold: None,
     }
+}
+
+/// The queue as a query string would ask for it.
+fn queue(text: ParkedQueryText) -> tollgate::Result<ParkedQuery> {
+    ParkedQuery::parse(&text)
 }
 
 fn code(e: &Error) -> &'static str {
@@ -812,7 +819,7 @@ async fn bulk_decides_each_matching_record_and_lists_the_skipped(db: TestDb) {
     t.decide(&p.reviewer, polling[0].id, &decision("resume_poll"))
         .await
         .unwrap();
-    let everything = tollgate::usecases::parked::ParkedQuery::default();
+    let everything = ParkedQuery::default();
     assert_eq!(t.parked_matching(&everything).await.unwrap().len(), 3);
     let out = t
         .decide_bulk(&p.reviewer, &everything, &decision("resume_poll"))
@@ -1981,15 +1988,16 @@ async fn the_queue_sorts_by_exposure_and_pages_through_it(db: TestDb) {
     let exposure_page = |cursor: Option<String>| {
         let t = t.clone();
         async move {
-            t.parked_list(&tollgate::usecases::parked::ParkedQuery {
+            let q = queue(ParkedQueryText {
                 sort: Some("exposure".into()),
                 limit: Some(2),
                 cursor,
-                counted: true,
                 ..Default::default()
             })
-            .await
-            .unwrap()
+            .unwrap();
+            t.parked_list(&ParkedQuery { counted: true, ..q })
+                .await
+                .unwrap()
         }
     };
     let last = loop {
@@ -2025,38 +2033,32 @@ async fn the_queue_sorts_by_exposure_and_pages_through_it(db: TestDb) {
     assert_eq!(seen[1].0, made[3].0);
     // A cursor of one order is refused by the other.
     let next = t
-        .parked_list(&tollgate::usecases::parked::ParkedQuery {
-            limit: Some(2),
+        .parked_list(&ParkedQuery {
+            limit: 2,
             ..Default::default()
         })
         .await
         .unwrap()
         .next;
-    let e = t
-        .parked_list(&tollgate::usecases::parked::ParkedQuery {
-            sort: Some("exposure".into()),
-            cursor: next,
-            ..Default::default()
-        })
-        .await
-        .unwrap_err();
+    let e = queue(ParkedQueryText {
+        sort: Some("exposure".into()),
+        cursor: next,
+        ..Default::default()
+    })
+    .unwrap_err();
     assert_eq!(code(&e), "INVALID_REQUEST");
-    let e = t
-        .parked_list(&tollgate::usecases::parked::ParkedQuery {
-            sort: Some("price".into()),
-            ..Default::default()
-        })
-        .await
-        .unwrap_err();
+    let e = queue(ParkedQueryText {
+        sort: Some("price".into()),
+        ..Default::default()
+    })
+    .unwrap_err();
     assert_eq!(code(&e), "INVALID_REQUEST");
     // An empty sort is not a sort (the pages send none for the default).
-    let e = t
-        .parked_list(&tollgate::usecases::parked::ParkedQuery {
-            sort: Some(String::new()),
-            ..Default::default()
-        })
-        .await
-        .unwrap_err();
+    let e = queue(ParkedQueryText {
+        sort: Some(String::new()),
+        ..Default::default()
+    })
+    .unwrap_err();
     assert_eq!(code(&e), "INVALID_REQUEST");
 }
 
@@ -2083,8 +2085,8 @@ async fn bulk_new_attempts_show_their_costs_and_stop_where_the_day_has_no_room(d
     t.set_daily_cap(today, &cap.decimal().to_string(), Some(p.other_reviewer.id))
         .await
         .unwrap();
-    let q = tollgate::usecases::parked::ParkedQuery {
-        stage: Some("generation_failed".into()),
+    let q = ParkedQuery {
+        stage: Some(ParkedStage::GenerationFailed),
         ..Default::default()
     };
     let preview = t.bulk_preview(&q).await.unwrap();

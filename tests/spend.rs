@@ -16,7 +16,7 @@ use tollgate::model::{
 };
 use tollgate::providers::mock::MockConfig;
 use tollgate::store::{AttemptOutcome, Claim, Hold, NewAttempt, Op, Unit, User};
-use tollgate::usecases::spend::AttemptQuery;
+use tollgate::usecases::spend::{AttemptQuery, AttemptQueryText};
 use tollgate_testkit::both_backends;
 use tollgate_testkit::{MockServer, TestDb};
 
@@ -451,10 +451,8 @@ async fn unknown_costs_stay_unknown_and_the_rollup_equals_the_raw_sum(db: TestDb
     let list = db
         .tollgate
         .spend_attempts(&AttemptQuery {
-            from: Some("2026-11-10".into()),
-            to: Some("2026-11-12".into()),
             unpriced_only: true,
-            ..AttemptQuery::default()
+            ..AttemptQuery::between(day(10), day(12))
         })
         .await
         .unwrap()
@@ -480,53 +478,60 @@ async fn the_attempt_list_filters_and_pages(db: TestDb) {
     settle_all(&db, &ids).await;
     engine.shutdown().await;
     let today = Utc::now().date_naive().to_string();
-    let q = |f: &dyn Fn(&mut AttemptQuery)| {
-        let mut q = AttemptQuery {
+    // The filters as a query string sends them, parsed as the API does.
+    let q = |f: &dyn Fn(&mut AttemptQueryText)| {
+        let mut text = AttemptQueryText {
             from: Some(today.clone()),
             to: Some(today.clone()),
-            ..AttemptQuery::default()
+            ..AttemptQueryText::default()
         };
-        f(&mut q);
-        q
+        f(&mut text);
+        AttemptQuery::parse(&text)
     };
     let t = &db.tollgate;
-    let first = t.spend_attempts(&q(&|_| ())).await.unwrap();
+    let first = t.spend_attempts(&q(&|_| ()).unwrap()).await.unwrap();
     assert_eq!((first.items.len(), first.next, first.prev), (7, None, None));
     let all = first.items;
     assert!(all
         .iter()
         .all(|a| a.user_email.as_str() == "pages@example.com"));
     let failed = t
-        .spend_attempts(&q(&|q| q.error_class = Some("failed".into())))
+        .spend_attempts(&q(&|q| q.error_class = Some("failed".into())).unwrap())
         .await
         .unwrap()
         .items;
     assert_eq!(failed.len(), 1);
     let unpriced = t
-        .spend_attempts(&q(&|q| q.unpriced_only = true))
+        .spend_attempts(&AttemptQuery {
+            unpriced_only: true,
+            ..q(&|_| ()).unwrap()
+        })
         .await
         .unwrap()
         .items;
     assert_eq!(unpriced.len(), 1);
     let ok = t
-        .spend_attempts(&q(&|q| q.state = Some("succeeded".into())))
+        .spend_attempts(&q(&|q| q.state = Some("succeeded".into())).unwrap())
         .await
         .unwrap()
         .items;
     assert_eq!(ok.len(), 6);
     let none = t
-        .spend_attempts(&q(&|q| q.model = Some("other".into())))
+        .spend_attempts(&q(&|q| q.model = Some("other".into())).unwrap())
         .await
         .unwrap()
         .items;
     assert!(none.is_empty());
     // Pages of three, in order, each attempt once.
     let page_of = |cursor: Option<String>| {
-        let query = q(&|q| {
-            q.limit = Some(3);
-            q.cursor = cursor.clone();
-            q.counted = true;
-        });
+        let query = AttemptQuery {
+            counted: true,
+            ..q(&|q| {
+                q.limit = Some(3);
+                q.cursor = cursor.clone();
+            })
+            .unwrap()
+        };
         async move { t.spend_attempts(&query).await }
     };
     let mut pages = Vec::new();
@@ -563,7 +568,7 @@ async fn the_attempt_list_filters_and_pages(db: TestDb) {
         q(&|q| q.cursor = Some("not a cursor".into())),
         q(&|q| q.from = Some("2026-13-01".into())),
     ] {
-        let e = t.spend_attempts(&bad).await.unwrap_err();
+        let e = bad.unwrap_err();
         assert_eq!(e.code(), "INVALID_REQUEST", "{e:?}");
     }
 }

@@ -7,7 +7,7 @@ use crate::model::{JobId, ParkedId, ParkedStage, ParkedState, RecoveryState, Rev
 use crate::store::{Decision, Parked};
 use crate::usecases::auth::{Authorized, ReviewerOnly};
 use crate::usecases::error::{Error, Result};
-use crate::usecases::parked::{DecisionRequest, ParkedQuery, ParkedView};
+use crate::usecases::parked::{DecisionRequest, ParkedQuery, ParkedQueryText, ParkedView};
 use crate::wire::{millis, millis_opt, AttemptObject, ErrorBody, EventObject};
 use crate::Tollgate;
 use axum::extract::{Path, Query, State};
@@ -247,18 +247,16 @@ async fn list_parked(
             return Err(Error::invalid(field, "must not be empty"));
         }
     }
-    let page = t
-        .parked_list(&ParkedQuery {
-            stage: q.stage,
-            state: q.state,
-            model: q.model,
-            min_age_s: q.min_age_s,
-            cursor: q.cursor,
-            limit: q.limit,
-            sort: q.sort,
-            counted: false,
-        })
-        .await?;
+    let query = ParkedQuery::parse(&ParkedQueryText {
+        stage: q.stage,
+        state: q.state,
+        model: q.model,
+        min_age_s: q.min_age_s,
+        cursor: q.cursor,
+        limit: q.limit,
+        sort: q.sort,
+    })?;
+    let page = t.parked_list(&query).await?;
     let mut data = Vec::with_capacity(page.items.len());
     for r in &page.items {
         let decisions = t.store().decisions(r.id).await?;
@@ -354,7 +352,7 @@ async fn decide(
             who.user(),
             id,
             &DecisionRequest {
-                action: body.action.as_str().to_string(),
+                action: body.action,
                 evidence: body.evidence,
                 provider_job_id: body.provider_job_id,
                 refund: body.refund,

@@ -5,6 +5,7 @@
 use crate::model::{ApiTokenId, Usd, UserId};
 use crate::store::AttemptListed;
 use crate::usecases::auth::{AdminOnly, Authorized};
+use crate::usecases::cursor;
 use crate::usecases::error::{Error, Result};
 use crate::usecases::spend::{parse_range, AttemptQuery, SpendReport, Tally};
 use crate::wire::ErrorBody;
@@ -247,7 +248,6 @@ async fn get_spend(
 /// written as its chunk as it is read, so a year's export never sits in
 /// memory.
 fn spend_csv(t: Tollgate, from: chrono::NaiveDate, to: chrono::NaiveDate) -> Response {
-    let range = (from.to_string(), to.to_string());
     let header_row = csv_line(&[
         "started_at",
         "job_id",
@@ -262,32 +262,33 @@ fn spend_csv(t: Tollgate, from: chrono::NaiveDate, to: chrono::NaiveDate) -> Res
     ]);
     // Pages of attempts, each written as its chunk of CSV as it is read.
     let stream = crate::storage::unfold(
-        (t, Some(Some(String::new())), Some(header_row)),
-        move |(t, cursor, first)| {
-            let range = range.clone();
-            async move {
-                if let Some(h) = first {
-                    return Some((Ok(h.into()), (t, cursor, None)));
+        (t, Some(None), Some(header_row)),
+        move |(t, cursor, first): (_, Option<Option<String>>, _)| async move {
+            if let Some(h) = first {
+                return Some((Ok(h.into()), (t, cursor, None)));
+            }
+            let cursor = cursor?;
+            let page = match cursor::decode_opt(cursor.as_deref()) {
+                Ok(seek) => {
+                    let q = AttemptQuery {
+                        seek,
+                        limit: CSV_CHUNK,
+                        ..AttemptQuery::between(from, to)
+                    };
+                    t.spend_attempts(&q).await
                 }
-                let cursor = cursor?;
-                let q = AttemptQuery {
-                    from: Some(range.0),
-                    to: Some(range.1),
-                    cursor,
-                    limit: Some(CSV_CHUNK),
-                    ..AttemptQuery::default()
-                };
-                match t.spend_attempts(&q).await {
-                    Ok(page) if !page.items.is_empty() => {
-                        let chunk: String = page.items.iter().map(csv_row).collect();
-                        Some((Ok(chunk.into()), (t, page.next.map(Some), None)))
-                    }
-                    Ok(_) => None,
-                    Err(e) => Some((
-                        Err(crate::storage::StorageError::Io(e.to_string())),
-                        (t, None, None),
-                    )),
+                Err(e) => Err(e),
+            };
+            match page {
+                Ok(page) if !page.items.is_empty() => {
+                    let chunk: String = page.items.iter().map(csv_row).collect();
+                    Some((Ok(chunk.into()), (t, page.next.map(Some), None)))
                 }
+                Ok(_) => None,
+                Err(e) => Some((
+                    Err(crate::storage::StorageError::Io(e.to_string())),
+                    (t, None, None),
+                )),
             }
         },
     );

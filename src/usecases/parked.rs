@@ -23,30 +23,73 @@ pub use crate::model::PROVIDER_JOB_ID_LEN_MAX;
 /// Records one bulk decision may cover at most.
 pub const BULK_MAX: i64 = 500;
 
-/// What a list of records asks for, as the API and pages give it.
-#[derive(Clone, Debug, Default)]
+/// Records a page of the queue holds when the asker does not say.
+pub const PARKED_PAGE_DEFAULT: i64 = 50;
+
+/// The queue as asked for, parsed once at the edge (`ParkedQuery::parse`
+/// reads a query string's or a form's text).
+#[derive(Clone, Debug)]
 pub struct ParkedQuery {
+    pub stage: Option<ParkedStage>,
+    /// Every record that is not closed when `None`.
+    pub state: Option<ParkedState>,
+    pub model: Option<String>,
+    /// Only records parked at least this long ago.
+    pub min_age: Option<chrono::Duration>,
+    pub sort: ParkedSort,
+    pub seek: Option<Seek<ParkedCursor>>,
+    pub limit: i64,
+    /// Say where the page sits in the whole queue (two counts more).
+    pub counted: bool,
+}
+
+impl Default for ParkedQuery {
+    fn default() -> Self {
+        ParkedQuery {
+            stage: None,
+            state: None,
+            model: None,
+            min_age: None,
+            sort: ParkedSort::Age,
+            seek: None,
+            limit: PARKED_PAGE_DEFAULT,
+            counted: false,
+        }
+    }
+}
+
+/// The queue's filters as a query string or a form sends them.
+#[derive(Clone, Debug, Default)]
+pub struct ParkedQueryText {
     pub stage: Option<String>,
     pub state: Option<String>,
     pub model: Option<String>,
-    /// Only records parked at least this many seconds ago.
     pub min_age_s: Option<i64>,
     pub cursor: Option<String>,
     pub limit: Option<i64>,
     /// `age` (oldest first, the default) or `exposure` (most first).
     pub sort: Option<String>,
-    /// Say where the page sits in the whole queue (two counts more).
-    pub counted: bool,
 }
 
-/// What a reviewer decides, as sent.
-#[derive(Clone, Debug, Default)]
+/// What a reviewer decides, its action parsed at the edge
+/// (`parse_action`); the rest is checked against that action.
+#[derive(Clone, Debug)]
 pub struct DecisionRequest {
-    pub action: String,
+    pub action: ReviewAction,
     pub evidence: String,
     pub provider_job_id: Option<String>,
     pub refund: Option<bool>,
     pub release_hold: Option<bool>,
+}
+
+/// An action's name as a form sends it.
+pub fn parse_action(raw: &str) -> Result<ReviewAction> {
+    ReviewAction::parse(raw.trim()).ok_or_else(|| {
+        Error::invalid(
+            "action",
+            "must be reconcile, resume_poll, retry_delivery, accept_failure or new_attempt",
+        )
+    })
 }
 
 /// A record with everything a reviewer reads before deciding.
@@ -191,44 +234,71 @@ fn decode_seek(c: Option<&str>, sort: ParkedSort) -> Result<Option<Seek<ParkedCu
     Ok(seek)
 }
 
-fn filter_of(q: &ParkedQuery, limit: i64) -> Result<ParkedFilter> {
-    let min_age = q.min_age_s.filter(|s| *s > 0);
-    if q.min_age_s
-        .is_some_and(|s| !(0..=10 * 365 * 86_400).contains(&s))
-    {
-        return Err(Error::invalid(
-            "min_age_s",
-            "must be 0 to ten years in seconds",
-        ));
-    }
-    let model = q.model.clone().filter(|m| !m.is_empty());
-    let sort = parse_sort(q.sort.as_deref())?;
-    if model.as_ref().is_some_and(|m| m.len() > 200) {
-        return Err(Error::invalid("model", "at most 200 characters"));
-    }
-    Ok(ParkedFilter {
-        stage: parse_stage(q.stage.as_deref())?,
-        state: parse_state(q.state.as_deref())?,
-        model,
-        parked_before: min_age.map(|s| Utc::now() - chrono::Duration::seconds(s)),
-        sort,
-        seek: decode_seek(q.cursor.as_deref(), sort)?,
-        limit,
-    })
-}
-
-impl Tollgate {
-    /// The queue: records that are not closed (or of one state), oldest or
-    /// most exposed first, a page at a time.
-    pub async fn parked_list(&self, q: &ParkedQuery) -> Result<Page<Parked>> {
-        let limit = q.limit.unwrap_or(50);
+impl ParkedQuery {
+    pub fn parse(text: &ParkedQueryText) -> Result<ParkedQuery> {
+        let limit = text.limit.unwrap_or(PARKED_PAGE_DEFAULT);
         if !(1..=PARKED_PAGE_MAX).contains(&limit) {
             return Err(Error::invalid(
                 "limit",
                 format!("must be 1 to {PARKED_PAGE_MAX}"),
             ));
         }
-        let filter = filter_of(q, limit + 1)?;
+        if text
+            .min_age_s
+            .is_some_and(|s| !(0..=10 * 365 * 86_400).contains(&s))
+        {
+            return Err(Error::invalid(
+                "min_age_s",
+                "must be 0 to ten years in seconds",
+            ));
+        }
+        let model = text.model.clone().filter(|m| !m.is_empty());
+        if model.as_ref().is_some_and(|m| m.len() > 200) {
+            return Err(Error::invalid("model", "at most 200 characters"));
+        }
+        let sort = parse_sort(text.sort.as_deref())?;
+        Ok(ParkedQuery {
+            stage: parse_stage(text.stage.as_deref())?,
+            state: parse_state(text.state.as_deref())?,
+            model,
+            min_age: text
+                .min_age_s
+                .filter(|s| *s > 0)
+                .map(chrono::Duration::seconds),
+            sort,
+            seek: decode_seek(text.cursor.as_deref(), sort)?,
+            limit,
+            counted: false,
+        })
+    }
+
+    /// The store's filter for this query as of now, reading at most `limit`.
+    fn filter(&self, limit: i64) -> ParkedFilter {
+        debug_assert!(limit >= 1, "a list reads at least one row");
+        ParkedFilter {
+            stage: self.stage,
+            state: self.state,
+            model: self.model.clone(),
+            parked_before: self.min_age.map(|age| Utc::now() - age),
+            sort: self.sort,
+            seek: self.seek,
+            limit,
+        }
+    }
+}
+
+impl Tollgate {
+    /// The queue: records that are not closed (or of one state), oldest or
+    /// most exposed first, a page at a time.
+    pub async fn parked_list(&self, q: &ParkedQuery) -> Result<Page<Parked>> {
+        let limit = q.limit;
+        if !(1..=PARKED_PAGE_MAX).contains(&limit) {
+            return Err(Error::invalid(
+                "limit",
+                format!("must be 1 to {PARKED_PAGE_MAX}"),
+            ));
+        }
+        let filter = q.filter(limit + 1);
         let list = self.store().list_parked(&filter).await?;
         let sort = filter.sort;
         let at = |p: &Parked| place_in(p, sort);
@@ -293,12 +363,7 @@ impl Tollgate {
         if !reviewer.role.allows(Role::Reviewer) {
             return Err(Error::Forbidden);
         }
-        let action = ReviewAction::parse(&req.action).ok_or_else(|| {
-            Error::invalid(
-                "action",
-                "must be reconcile, resume_poll, retry_delivery, accept_failure or new_attempt",
-            )
-        })?;
+        let action = req.action;
         let evidence = checked_text("evidence", &req.evidence, EVIDENCE_LEN_MAX)?;
         refuse_stray_fields(action, req)?;
         let record = self
@@ -416,11 +481,11 @@ impl Tollgate {
     /// cover, shown before it is confirmed).
     pub async fn parked_matching(&self, q: &ParkedQuery) -> Result<Vec<Parked>> {
         let q = ParkedQuery {
-            state: Some("open".into()),
-            cursor: None,
+            state: Some(ParkedState::Open),
+            seek: None,
             ..q.clone()
         };
-        Ok(self.store().list_parked(&filter_of(&q, BULK_MAX)?).await?)
+        Ok(self.store().list_parked(&q.filter(BULK_MAX)).await?)
     }
 
     /// What a bulk decision on a filter would cover, shown before it is
@@ -462,7 +527,7 @@ impl Tollgate {
         if !reviewer.role.allows(Role::Reviewer) {
             return Err(Error::Forbidden);
         }
-        let new_attempts = req.action == ReviewAction::NewAttempt.as_str();
+        let new_attempts = req.action == ReviewAction::NewAttempt;
         let mut room = room_of(&self.budget(Utc::now().date_naive()).await?).decimal();
         let mut out = BulkOutcome::default();
         for record in self.parked_matching(q).await? {

@@ -6,7 +6,7 @@
 
 use crate::model::{AttemptState, Email, Usd, UserId};
 use crate::store::{
-    AttemptCursor, AttemptFilter, AttemptListed, Exposure, SourceSpend, SpendRow, TokenLabel,
+    AttemptCursor, AttemptFilter, AttemptListed, Exposure, Seek, SourceSpend, SpendRow, TokenLabel,
 };
 use crate::usecases::budget::parse_day_field;
 use crate::usecases::cursor::{self, Page, Position};
@@ -210,20 +210,99 @@ impl Position for AttemptCursor {
     }
 }
 
-/// What a list of attempts asks for, as the API and pages give it.
-#[derive(Clone, Debug, Default)]
+/// Attempts a page lists when the asker does not say.
+pub const ATTEMPTS_PAGE_DEFAULT: i64 = 100;
+
+/// What a list of attempts asks for, parsed once at the edge
+/// (`AttemptQuery::parse` reads a query string's or a form's text).
+#[derive(Clone, Debug)]
 pub struct AttemptQuery {
-    pub from: Option<String>,
-    pub to: Option<String>,
+    pub from: NaiveDate,
+    pub to: NaiveDate,
     pub unpriced_only: bool,
     pub model: Option<String>,
     pub error_class: Option<String>,
-    pub state: Option<String>,
+    pub state: Option<AttemptState>,
     pub holding_only: bool,
-    pub cursor: Option<String>,
-    pub limit: Option<i64>,
+    pub seek: Option<Seek<AttemptCursor>>,
+    pub limit: i64,
     /// Say where the page sits in the whole list (two counts more).
     pub counted: bool,
+}
+
+/// An attempt list's filters as a query string or a form sends them.
+#[derive(Clone, Debug, Default)]
+pub struct AttemptQueryText {
+    pub from: Option<String>,
+    pub to: Option<String>,
+    pub model: Option<String>,
+    pub error_class: Option<String>,
+    pub state: Option<String>,
+    pub cursor: Option<String>,
+    pub limit: Option<i64>,
+}
+
+impl AttemptQuery {
+    /// Every attempt from `from` to `to`, the first page.
+    pub fn between(from: NaiveDate, to: NaiveDate) -> AttemptQuery {
+        AttemptQuery {
+            from,
+            to,
+            unpriced_only: false,
+            model: None,
+            error_class: None,
+            state: None,
+            holding_only: false,
+            seek: None,
+            limit: ATTEMPTS_PAGE_DEFAULT,
+            counted: false,
+        }
+    }
+
+    /// Reads the text a person sent; an empty field is no filter.
+    pub fn parse(text: &AttemptQueryText) -> Result<AttemptQuery> {
+        let (from, to) = parse_range(text.from.as_deref(), text.to.as_deref())?;
+        let limit = text.limit.unwrap_or(ATTEMPTS_PAGE_DEFAULT);
+        if !(1..=ATTEMPTS_PAGE_MAX).contains(&limit) {
+            return Err(Error::invalid(
+                "limit",
+                format!("must be 1 to {ATTEMPTS_PAGE_MAX}"),
+            ));
+        }
+        let state = match text.state.as_deref().filter(|s| !s.is_empty()) {
+            None => None,
+            Some(s) => Some(AttemptState::parse(s).ok_or_else(|| {
+                Error::invalid(
+                    "state",
+                    "must be submitting, submitted, succeeded or failed",
+                )
+            })?),
+        };
+        Ok(AttemptQuery {
+            model: text.model.clone().filter(|m| !m.is_empty()),
+            error_class: text.error_class.clone().filter(|c| !c.is_empty()),
+            state,
+            seek: cursor::decode_opt(text.cursor.as_deref())?,
+            limit,
+            ..AttemptQuery::between(from, to)
+        })
+    }
+
+    /// The store's filter for this query, reading at most `limit`.
+    fn filter(&self, limit: i64) -> AttemptFilter {
+        debug_assert!(limit >= 1, "a list reads at least one row");
+        AttemptFilter {
+            from: Some(self.from),
+            to: Some(self.to),
+            unpriced_only: self.unpriced_only,
+            model: self.model.clone(),
+            error_class: self.error_class.clone(),
+            state: self.state,
+            holding_only: self.holding_only,
+            seek: self.seek,
+            limit,
+        }
+    }
 }
 
 impl Tollgate {
@@ -301,34 +380,10 @@ impl Tollgate {
 
     /// The attempts behind a report, filtered, a page at a time.
     pub async fn spend_attempts(&self, q: &AttemptQuery) -> Result<Page<AttemptListed>> {
-        let (from, to) = parse_range(q.from.as_deref(), q.to.as_deref())?;
-        let limit = q.limit.unwrap_or(100);
-        if !(1..=ATTEMPTS_PAGE_MAX).contains(&limit) {
-            return Err(Error::invalid(
-                "limit",
-                format!("must be 1 to {ATTEMPTS_PAGE_MAX}"),
-            ));
-        }
-        let state = match q.state.as_deref().filter(|s| !s.is_empty()) {
-            None => None,
-            Some(s) => Some(AttemptState::parse(s).ok_or_else(|| {
-                Error::invalid(
-                    "state",
-                    "must be submitting, submitted, succeeded or failed",
-                )
-            })?),
-        };
-        let filter = AttemptFilter {
-            from: Some(from),
-            to: Some(to),
-            unpriced_only: q.unpriced_only,
-            model: q.model.clone().filter(|m| !m.is_empty()),
-            error_class: q.error_class.clone().filter(|c| !c.is_empty()),
-            state,
-            holding_only: q.holding_only,
-            seek: cursor::decode_opt(q.cursor.as_deref())?,
-            limit: limit + 1,
-        };
+        debug_assert!((1..=ATTEMPTS_PAGE_MAX).contains(&q.limit));
+        let limit = q.limit;
+        // One row more than the page says whether there is a next one.
+        let filter = q.filter(limit + 1);
         let list = self.store().list_attempts(&filter).await?;
         let at = |a: &AttemptListed| AttemptCursor {
             // Listed attempts all have a day: the list is by day.

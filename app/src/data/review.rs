@@ -49,6 +49,26 @@ impl ReviewFilters {
             _ => None,
         }
     }
+
+    /// The queue these filters ask for, parsed (an empty field is no filter).
+    #[cfg(feature = "ssr")]
+    pub fn parked_query(
+        &self,
+        limit: i64,
+    ) -> tollgate::Result<tollgate::usecases::parked::ParkedQuery> {
+        let given = |v: &Option<String>| v.clone().filter(|v| !v.is_empty());
+        tollgate::usecases::parked::ParkedQuery::parse(
+            &tollgate::usecases::parked::ParkedQueryText {
+                stage: given(&self.stage),
+                state: given(&self.state),
+                model: given(&self.model),
+                min_age_s: self.min_age_s(),
+                cursor: given(&self.cursor),
+                limit: Some(limit),
+                sort: given(&self.sort),
+            },
+        )
+    }
 }
 
 /// One stage's count of records that are not closed.
@@ -339,14 +359,8 @@ pub async fn load_review_queue(filters: ReviewFilters) -> Result<ReviewQueue, Se
     require(Role::Reviewer).await?;
     let t = engine()?;
     let query = ParkedQuery {
-        stage: filters.stage.clone().filter(|s| !s.is_empty()),
-        state: filters.state.clone().filter(|s| !s.is_empty()),
-        model: filters.model.clone().filter(|s| !s.is_empty()),
-        min_age_s: filters.min_age_s(),
-        cursor: filters.cursor.clone().filter(|s| !s.is_empty()),
-        limit: Some(50),
-        sort: filters.sort.clone().filter(|s| !s.is_empty()),
         counted: true,
+        ..filters.parked_query(50).map_err(fail)?
     };
     let page = t.parked_list(&query).await.map_err(fail)?;
     let page_models: Vec<_> = page.items.clone();
@@ -356,7 +370,7 @@ pub async fn load_review_queue(filters: ReviewFilters) -> Result<ReviewQueue, Se
     let now = chrono::Utc::now();
     let unresolved: Vec<_> = t
         .parked_matching(&ParkedQuery {
-            stage: Some("submission_uncertain".into()),
+            stage: Some(tollgate::model::ParkedStage::SubmissionUncertain),
             ..Default::default()
         })
         .await

@@ -132,6 +132,30 @@ impl SpendFilters {
         }
         parts.join("&")
     }
+
+    /// The attempts these filters ask for, parsed (an empty field is no
+    /// filter).
+    #[cfg(feature = "ssr")]
+    pub fn attempt_query(
+        &self,
+        limit: i64,
+    ) -> tollgate::Result<tollgate::usecases::spend::AttemptQuery> {
+        let query = tollgate::usecases::spend::AttemptQuery::parse(
+            &tollgate::usecases::spend::AttemptQueryText {
+                from: self.from.clone(),
+                to: self.to.clone(),
+                model: self.model.clone(),
+                error_class: self.class.clone(),
+                state: self.state.clone(),
+                cursor: self.cursor.clone(),
+                limit: Some(limit),
+            },
+        )?;
+        Ok(tollgate::usecases::spend::AttemptQuery {
+            unpriced_only: self.unpriced,
+            ..query
+        })
+    }
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -436,22 +460,13 @@ pub async fn load_spend(filters: SpendFilters) -> Result<SpendView, ServerFnErro
     require(Role::Admin).await?;
     let t = engine()?;
     let emails = emails(&t).await?;
-    let (from, to) =
-        tollgate::usecases::spend::parse_range(filters.from.as_deref(), filters.to.as_deref())
-            .map_err(fail)?;
+    let query = filters.attempt_query(50).map_err(fail)?;
+    let (from, to) = (query.from, query.to);
     let report = t.spend(from, to).await.map_err(fail)?;
     let page = t
         .spend_attempts(&tollgate::usecases::spend::AttemptQuery {
-            from: Some(from.to_string()),
-            to: Some(to.to_string()),
-            unpriced_only: filters.unpriced,
-            model: filters.model.clone(),
-            error_class: filters.class.clone(),
-            state: filters.state.clone(),
-            cursor: filters.cursor.clone(),
-            limit: Some(50),
             counted: true,
-            ..Default::default()
+            ..query
         })
         .await
         .map_err(fail)?;
@@ -546,15 +561,13 @@ pub async fn load_budget() -> Result<BudgetView, ServerFnError> {
     let (share, shares) = t.shares_on(today).await.map_err(fail)?;
     let holds = t
         .spend_attempts(&tollgate::usecases::spend::AttemptQuery {
-            // Holds left standing on any day of the longest range a list takes.
-            from: Some(
-                (to - chrono::Duration::days(tollgate::usecases::spend::RANGE_DAYS_MAX - 1))
-                    .to_string(),
-            ),
-            to: Some(to.to_string()),
             holding_only: true,
-            limit: Some(200),
-            ..Default::default()
+            limit: 200,
+            // Holds left standing on any day of the longest range a list takes.
+            ..tollgate::usecases::spend::AttemptQuery::between(
+                to - chrono::Duration::days(tollgate::usecases::spend::RANGE_DAYS_MAX - 1),
+                to,
+            )
         })
         .await
         .map_err(fail)?

@@ -12,8 +12,9 @@ use axum::routing::post;
 use axum::{Form, Router};
 use serde::Deserialize;
 use tollgate::model::ParkedId;
+use tollgate::model::ReviewAction;
 use tollgate::usecases::auth::{Authorized, ReviewerOnly};
-use tollgate::usecases::parked::{BulkOutcome, DecisionRequest, ParkedQuery};
+use tollgate::usecases::parked::{parse_action, BulkOutcome, DecisionRequest, PARKED_PAGE_DEFAULT};
 use tollgate::{Error, Tollgate};
 use tower_sessions::Session;
 
@@ -50,16 +51,19 @@ pub struct DecisionForm {
 }
 
 impl DecisionForm {
-    fn request(&self) -> DecisionRequest {
-        let accounting = self.action == "accept_failure";
-        DecisionRequest {
-            action: self.action.clone(),
+    /// The decision the form asks for: its action parsed, and only that
+    /// action's fields taken (the form shows every action's).
+    fn request(&self) -> Result<DecisionRequest, Error> {
+        let action = parse_action(&self.action)?;
+        let accounting = action == ReviewAction::AcceptFailure;
+        Ok(DecisionRequest {
+            action,
             evidence: self.evidence.clone(),
-            provider_job_id: (self.action == "reconcile")
+            provider_job_id: (action == ReviewAction::Reconcile)
                 .then(|| self.provider_job_id.clone().unwrap_or_default()),
             refund: accounting.then(|| yes_no(&self.refund)).flatten(),
             release_hold: accounting.then(|| yes_no(&self.release_hold)).flatten(),
-        }
+        })
     }
 }
 
@@ -78,32 +82,33 @@ async fn decide(
     };
     let result = async {
         let Form(f) = form.map_err(|e| Error::invalid("form", e.body_text()))?;
-        if f.action == "new_attempt" && yes_no(&f.confirm) != Some(true) {
+        let request = f.request()?;
+        if request.action == ReviewAction::NewAttempt && yes_no(&f.confirm) != Some(true) {
             return Err(Error::invalid(
                 "confirm",
                 "confirm that you understand the possible duplicate cost",
             ));
         }
-        let (d, created) = t.decide(who.user(), record_id(&id)?, &f.request()).await?;
+        let (d, created) = t.decide(who.user(), record_id(&id)?, &request).await?;
         Ok::<_, Error>((d, created))
     }
     .await;
     match result {
         Ok((d, true)) => {
             let what = match d.action {
-                tollgate::model::ReviewAction::Reconcile => {
+                ReviewAction::Reconcile => {
                     "Reconciled: the record now waits for its own decision on polling.".to_string()
                 }
-                tollgate::model::ReviewAction::ResumePoll => {
+                ReviewAction::ResumePoll => {
                     "Recorded. A worker will claim it and resume the status checks.".to_string()
                 }
-                tollgate::model::ReviewAction::RetryDelivery => {
+                ReviewAction::RetryDelivery => {
                     "Recorded. A worker will claim it and fetch the output again.".to_string()
                 }
-                tollgate::model::ReviewAction::AcceptFailure => {
+                ReviewAction::AcceptFailure => {
                     "Recorded. The job ended failed with the accounting you chose.".to_string()
                 }
-                tollgate::model::ReviewAction::NewAttempt => format!(
+                ReviewAction::NewAttempt => format!(
                     "Recorded. A new attempt was ordered as job {}.",
                     d.new_job_id.map(|j| j.to_string()).unwrap_or_default()
                 ),
@@ -231,15 +236,15 @@ async fn bulk(
         )
         .await;
     }
-    let query = ParkedQuery {
-        stage: f.stage.clone().filter(|s| !s.is_empty()),
-        model: f.model.clone().filter(|s| !s.is_empty()),
-        min_age_s: filters.min_age_s(),
-        ..Default::default()
+    let (query, mut request) = match filters
+        .parked_query(PARKED_PAGE_DEFAULT)
+        .and_then(|q| Ok((q, f.decision.request()?)))
+    {
+        Ok(both) => both,
+        Err(e) => return report(&session, e, &back).await,
     };
     // The bulk form's accounting is two checkboxes: unchecked says no.
-    let mut request = f.decision.request();
-    if request.action == "accept_failure" {
+    if request.action == ReviewAction::AcceptFailure {
         request.refund = request.refund.or(Some(false));
         request.release_hold = request.release_hold.or(Some(false));
     }
