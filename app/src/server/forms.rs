@@ -7,7 +7,7 @@ use crate::data::flash;
 use axum::extract::rejection::FormRejection;
 use axum::extract::{Path, State};
 use axum::response::Redirect;
-use axum::routing::post;
+use axum::routing::{post, MethodRouter};
 use axum::{Extension, Form, Router};
 use serde::Deserialize;
 use tollgate::model::{ApiTokenId, Credits, Happening, JobId, Role, UserId};
@@ -15,26 +15,32 @@ use tollgate::usecases::auth::{begin_session, end_session, AdminOnly, AnyUser, A
 use tollgate::{Error, Tollgate};
 use tower_sessions::Session;
 
+/// The form routes of the pages, each once: the router is made from this list, and the
+/// role matrix test (`app/tests/roles.rs`) reads it.
+pub fn routes() -> Vec<(&'static str, MethodRouter<Tollgate>)> {
+    vec![
+        ("/setup", post(setup)),
+        ("/login", post(login)),
+        ("/logout", post(logout)),
+        ("/account/password", post(change_password)),
+        ("/account/tokens", post(create_token)),
+        ("/account/tokens/{id}/revoke", post(revoke_token)),
+        ("/edits/{id}/cancel", post(cancel_edit)),
+        ("/edits/{id}/repairs", post(repair_edit)),
+        ("/edits/{id}/choose", post(choose_version)),
+        ("/admin/users", post(add_user)),
+        ("/admin/users/{id}/role", post(set_role)),
+        ("/admin/users/{id}/disabled", post(set_disabled)),
+        ("/admin/users/{id}/password", post(set_password)),
+        ("/admin/users/{id}/grants", post(grant)),
+        ("/admin/budget/cap", post(set_cap)),
+        ("/admin/budget/halt", post(halt_day)),
+        ("/admin/budget/resume", post(resume_day)),
+    ]
+}
+
 pub fn router(tollgate: Tollgate) -> Router {
-    Router::new()
-        .route("/setup", post(setup))
-        .route("/login", post(login))
-        .route("/logout", post(logout))
-        .route("/account/password", post(change_password))
-        .route("/account/tokens", post(create_token))
-        .route("/account/tokens/{id}/revoke", post(revoke_token))
-        .route("/edits/{id}/cancel", post(cancel_edit))
-        .route("/edits/{id}/repairs", post(repair_edit))
-        .route("/edits/{id}/choose", post(choose_version))
-        .route("/admin/users", post(add_user))
-        .route("/admin/users/{id}/role", post(set_role))
-        .route("/admin/users/{id}/disabled", post(set_disabled))
-        .route("/admin/users/{id}/password", post(set_password))
-        .route("/admin/users/{id}/grants", post(grant))
-        .route("/admin/budget/cap", post(set_cap))
-        .route("/admin/budget/halt", post(halt_day))
-        .route("/admin/budget/resume", post(resume_day))
-        .with_state(tollgate)
+    super::routed(routes()).with_state(tollgate)
 }
 
 /// A form body that did not parse: said as a flash, never a bare 4xx page.

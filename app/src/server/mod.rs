@@ -38,6 +38,42 @@ pub fn leptos_options(tollgate: &Tollgate) -> LeptosOptions {
         .build()
 }
 
+/// The address with no page of its own: the guard sends each caller home.
+const FRONT_DOOR: &str = "/";
+
+/// A router of `routes`, each path once.
+fn routed(routes: Vec<(&'static str, axum::routing::MethodRouter<Tollgate>)>) -> Router<Tollgate> {
+    routes
+        .into_iter()
+        .fold(Router::new(), |router, (path, method)| {
+            router.route(path, method)
+        })
+}
+
+/// Every page's path as the router serves it (`{id}` for a parameter).
+pub fn page_paths() -> Vec<String> {
+    let mut paths: Vec<String> = generate_route_list(App)
+        .iter()
+        .map(|route| route.path().to_string())
+        .collect();
+    paths.push(FRONT_DOOR.to_string());
+    paths
+}
+
+/// Every form route's path.
+pub fn form_paths() -> Vec<&'static str> {
+    [forms::routes(), review::routes(), webhooks::routes()]
+        .into_iter()
+        .flatten()
+        .map(|(path, _)| path)
+        .collect()
+}
+
+/// Every server function's path and method, as registered.
+pub fn server_fn_paths() -> Vec<(&'static str, axum::http::Method)> {
+    leptos::server_fn::axum::server_fn_paths().collect()
+}
+
 /// How long one request may take, reading its body included.
 pub const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
 
@@ -57,7 +93,7 @@ pub fn router(tollgate: Tollgate) -> Router {
             let o = options.clone();
             move || shell(o.clone())
         })
-        .route("/", get(|| async { Redirect::to("/edits") }))
+        .route(FRONT_DOOR, get(|| async { Redirect::to("/edits") }))
         .fallback(leptos_axum::file_and_error_handler_with_context::<
             AppState,
             _,

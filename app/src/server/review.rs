@@ -8,7 +8,7 @@ use crate::data::flash;
 use axum::extract::rejection::FormRejection;
 use axum::extract::{Path, State};
 use axum::response::Redirect;
-use axum::routing::post;
+use axum::routing::{post, MethodRouter};
 use axum::{Form, Router};
 use serde::Deserialize;
 use tollgate::model::ParkedId;
@@ -18,12 +18,18 @@ use tollgate::usecases::parked::{parse_action, BulkOutcome, DecisionRequest, PAR
 use tollgate::{Error, Tollgate};
 use tower_sessions::Session;
 
+/// The review forms, each once: the router is made from this list, and the
+/// role matrix test (`app/tests/roles.rs`) reads it.
+pub fn routes() -> Vec<(&'static str, MethodRouter<Tollgate>)> {
+    vec![
+        ("/review/{id}/decide", post(decide)),
+        ("/review/{id}/note", post(note)),
+        ("/review/bulk", post(bulk)),
+    ]
+}
+
 pub fn router(tollgate: Tollgate) -> Router {
-    Router::new()
-        .route("/review/{id}/decide", post(decide))
-        .route("/review/{id}/note", post(note))
-        .route("/review/bulk", post(bulk))
-        .with_state(tollgate)
+    super::routed(routes()).with_state(tollgate)
 }
 
 fn record_id(raw: &str) -> Result<ParkedId, Error> {

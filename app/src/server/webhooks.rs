@@ -8,7 +8,7 @@ use axum::extract::rejection::FormRejection;
 use axum::extract::{Path, State};
 use axum::response::IntoResponse;
 use axum::response::Redirect;
-use axum::routing::post;
+use axum::routing::{post, MethodRouter};
 use axum::{Form, Router};
 use serde::Deserialize;
 use tollgate::model::{DeliveryId, WebhookEndpointId, WebhookEvent};
@@ -16,19 +16,25 @@ use tollgate::usecases::auth::{AdminOnly, AnyUser, Authorized};
 use tollgate::{Error, Tollgate};
 use tower_sessions::Session;
 
-pub fn router(tollgate: Tollgate) -> Router {
-    Router::new()
-        .route("/account/webhooks", post(add))
-        .route("/account/webhooks/{id}/test", post(test))
-        .route("/account/webhooks/{id}/rotate", post(rotate))
-        .route(
+/// The webhook forms, each once: the router is made from this list, and the
+/// role matrix test (`app/tests/roles.rs`) reads it.
+pub fn routes() -> Vec<(&'static str, MethodRouter<Tollgate>)> {
+    vec![
+        ("/account/webhooks", post(add)),
+        ("/account/webhooks/{id}/test", post(test)),
+        ("/account/webhooks/{id}/rotate", post(rotate)),
+        (
             "/account/webhook-secret/rotate",
             post(rotate_account_secret),
-        )
-        .route("/account/webhooks/{id}/delete", post(delete))
-        .route("/admin/webhooks/{id}/replay", post(replay))
-        .route("/admin/webhooks/endpoints/{id}/replay", post(replay_since))
-        .with_state(tollgate)
+        ),
+        ("/account/webhooks/{id}/delete", post(delete)),
+        ("/admin/webhooks/{id}/replay", post(replay)),
+        ("/admin/webhooks/endpoints/{id}/replay", post(replay_since)),
+    ]
+}
+
+pub fn router(tollgate: Tollgate) -> Router {
+    super::routed(routes()).with_state(tollgate)
 }
 
 const BACK: &str = "/account";
