@@ -75,7 +75,7 @@ fn outcome(end: AttemptEnd, cost: Option<(&str, CostSource)>) -> AttemptOutcome 
     AttemptOutcome {
         end,
         provider_job_id: None,
-        error_class: (end == AttemptEnd::Failed).then(|| "failed".into()),
+        error_class: (end == AttemptEnd::Failed).then_some(tollgate::model::ErrorClass::Failed),
         error: None,
         duration_ms: 12,
         usage: None,
@@ -334,7 +334,7 @@ async fn attempts_keep_null_costs_and_first_outcomes(db: TestDb) {
     assert!(dup.is_err(), "(job, provider, attempt) is unique: {dup:?}");
     let mut failed = outcome(AttemptEnd::Failed, None);
     failed.provider_job_id = Some("pred_1".into());
-    failed.error_class = Some("rate_limited".into());
+    failed.error_class = Some(tollgate::model::ErrorClass::RateLimited);
     let mut ok = outcome(
         AttemptEnd::Succeeded,
         Some(("0.123456", CostSource::Quoted)),
@@ -385,7 +385,7 @@ async fn attempts_keep_null_costs_and_first_outcomes(db: TestDb) {
     assert_eq!(list.len(), 2);
     let first = list.iter().find(|a| a.attempt_no == 1).unwrap();
     assert_eq!(first.state, AttemptState::Failed);
-    assert_eq!(first.error_class.as_deref(), Some("rate_limited"));
+    assert_eq!(first.error_class.map(|c| c.as_str()), Some("rate_limited"));
     assert_eq!(first.provider_job_id.as_deref(), Some("pred_1"));
     assert_eq!(
         (first.cost_usd, first.cost_source),

@@ -102,7 +102,7 @@ fn classes(attempts: &[tollgate::store::Attempt]) -> Vec<(String, String, Option
             (
                 a.model.clone(),
                 a.state.as_str().to_string(),
-                a.error_class.clone(),
+                a.error_class.map(|c| c.as_str().to_string()),
             )
         })
         .collect()
@@ -175,7 +175,10 @@ async fn a_hostile_output_is_not_stored_and_fails_the_attempt(db: TestDb) {
         .collect();
     assert_eq!(generate.len(), 1);
     assert_eq!(generate[0].state, AttemptState::Failed);
-    assert_eq!(generate[0].error_class.as_deref(), Some("invalid_output"));
+    assert_eq!(
+        generate[0].error_class.map(|c| c.as_str()),
+        Some("invalid_output")
+    );
     assert_eq!(generate[0].cost_usd, Some(usd("0.1")), "it was paid for");
     let key = tollgate::storage::ObjectKey::parse(&format!("outputs/{id}")).unwrap();
     assert!(
@@ -213,7 +216,10 @@ async fn a_broken_output_fails_the_attempt_before_delivery(db: TestDb) {
         .collect();
     assert_eq!(generate.len(), 1);
     assert_eq!(generate[0].state, AttemptState::Failed);
-    assert_eq!(generate[0].error_class.as_deref(), Some("invalid_output"));
+    assert_eq!(
+        generate[0].error_class.map(|c| c.as_str()),
+        Some("invalid_output")
+    );
     assert_eq!(
         generate[0].cost_usd,
         Some(usd("0.1")),

@@ -362,7 +362,7 @@ async fn unknown_costs_stay_unknown_and_the_rollup_equals_the_raw_sum(db: TestDb
                     AttemptEnd::Succeeded
                 },
                 provider_job_id: None,
-                error_class: class.map(str::to_string),
+                error_class: class.map(|c| tollgate::model::ErrorClass::parse(c).unwrap()),
                 error: None,
                 duration_ms: 5,
                 usage: None,
@@ -440,7 +440,7 @@ async fn unknown_costs_stay_unknown_and_the_rollup_equals_the_raw_sum(db: TestDb
     let failed = r
         .classes
         .iter()
-        .find(|c| c.error_class.as_deref() == Some("failed"))
+        .find(|c| c.error_class.map(|c| c.as_str()) == Some("failed"))
         .unwrap();
     assert_eq!(failed.tally.words(), "$1.50 + 1 unpriced");
     // A day before any of it: nothing, not zero-priced rows.

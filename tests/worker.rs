@@ -330,7 +330,7 @@ async fn a_dead_runs_attempt_is_closed_not_reused(db: TestDb) {
     assert_eq!(attempts.len(), 2, "every attempt is kept");
     let first = attempts.iter().find(|a| a.attempt_no == 1).unwrap();
     assert_eq!(
-        (first.state, first.error_class.as_deref()),
+        (first.state, first.error_class.map(|c| c.as_str())),
         (AttemptState::Failed, Some("interrupted"))
     );
     // Local work dies with its run and creates nothing outside.

@@ -208,7 +208,7 @@ async fn sigkill_mid_flight_then_restart(db: TestDb) {
             "{attempts:?}"
         );
         assert!(attempts.iter().all(|a| a.state == AttemptState::Succeeded
-            || a.error_class.as_deref() == Some("interrupted")));
+            || a.error_class == Some(tollgate::model::ErrorClass::Interrupted)));
         let (key, _) = db
             .store()
             .job_output(job.id)

@@ -2,7 +2,7 @@
 //! class and in total, unpriced calls apart; as CSV (`Accept: text/csv` or
 //! `format=csv`), one row per attempt, streamed.
 
-use crate::model::{ApiTokenId, Usd, UserId};
+use crate::model::{ApiTokenId, ErrorClass, Usd, UserId};
 use crate::store::AttemptListed;
 use crate::usecases::auth::{AdminOnly, Authorized};
 use crate::usecases::cursor;
@@ -80,7 +80,7 @@ pub struct SpendModelObject {
 #[derive(Serialize, ToSchema)]
 pub struct SpendClassObject {
     /// Null for attempts without an error (succeeded, or still open).
-    pub error_class: Option<String>,
+    pub error_class: Option<ErrorClass>,
     #[serde(flatten)]
     pub tally: TallyObject,
 }
@@ -325,7 +325,7 @@ fn csv_row(l: &AttemptListed) -> String {
         &a.model,
         &a.attempt_no.to_string(),
         a.state.as_str(),
-        a.error_class.as_deref().unwrap_or(""),
+        a.error_class.map(ErrorClass::as_str).unwrap_or(""),
         &a.cost_usd.map(|c| c.to_string()).unwrap_or_default(),
         a.cost_source.map(|c| c.as_str()).unwrap_or(""),
     ])

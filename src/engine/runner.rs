@@ -223,7 +223,7 @@ fn end(attempt: AttemptId, outcome: AttemptOutcome) -> Op {
 
 pub(crate) fn ended(
     end: AttemptEnd,
-    class: Option<&str>,
+    class: Option<ErrorClass>,
     message: &str,
     cost: Cost,
     duration_ms: i64,
@@ -231,7 +231,7 @@ pub(crate) fn ended(
     AttemptOutcome {
         end,
         provider_job_id: None,
-        error_class: class.map(str::to_string),
+        error_class: class,
         error: (!message.is_empty()).then(|| message.to_string()),
         duration_ms,
         usage: None,
@@ -281,7 +281,7 @@ impl Runner<'_, '_> {
                     a.id,
                     ended(
                         AttemptEnd::Failed,
-                        Some("interrupted"),
+                        Some(ErrorClass::Interrupted),
                         "the run that made this attempt stopped before it finished",
                         Cost::Nothing,
                         0,
@@ -534,7 +534,7 @@ impl Runner<'_, '_> {
         a: &Attempt,
         f: &Finished,
         how: AttemptEnd,
-        error: Option<(&str, &str)>,
+        error: Option<(ErrorClass, &str)>,
     ) -> Op {
         let (class, message) = error.map_or((None, ""), |(c, m)| (Some(c), m));
         let mut outcome = ended(how, class, message, f.cost, duration_ms(a));
@@ -566,7 +566,7 @@ impl Runner<'_, '_> {
                 a,
                 f,
                 AttemptEnd::Failed,
-                Some(("invalid_output", &recorded)),
+                Some((ErrorClass::InvalidOutput, &recorded)),
             );
             self.run.defer(op);
         }
@@ -899,7 +899,7 @@ impl Runner<'_, '_> {
             Attempted::Failed(e) => {
                 let outcome = ended(
                     AttemptEnd::Failed,
-                    Some(e.class.as_str()),
+                    Some(e.class),
                     &e.message,
                     e.cost,
                     duration_ms,
@@ -916,7 +916,7 @@ impl Runner<'_, '_> {
                 // Unpriced: the estimate stays booked (rule 11).
                 let outcome = ended(
                     AttemptEnd::Failed,
-                    Some("uncertain"),
+                    Some(ErrorClass::Uncertain),
                     &message,
                     Cost::Unknown,
                     duration_ms,
@@ -1024,7 +1024,7 @@ impl Runner<'_, '_> {
         };
         let outcome = ended(
             AttemptEnd::Failed,
-            Some(e.class.as_str()),
+            Some(e.class),
             &e.message,
             e.cost,
             duration_ms(a),

@@ -557,13 +557,7 @@ async fn ask(
             Ok(output),
         ),
         Err(e) => (
-            runner::ended(
-                AttemptEnd::Failed,
-                Some(e.class.as_str()),
-                &e.message,
-                e.cost,
-                ms,
-            ),
+            runner::ended(AttemptEnd::Failed, Some(e.class), &e.message, e.cost, ms),
             Err(format!("the checker could not answer: {}", e.message)),
         ),
     };

@@ -54,6 +54,106 @@ impl AttemptState {
     }
 }
 
+/// Why an attempt did not produce an output. The runner decides what to do
+/// next from a provider's class alone (DESIGN.md, Providers); the last three
+/// are recorded by Tollgate itself, never answered by a provider.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorClass {
+    /// Credentials refused: stops the chain.
+    Auth,
+    /// The provider rejected the input: stops the chain.
+    InvalidInput,
+    /// The prediction was cancelled: stops the chain.
+    Cancelled,
+    /// 429: back off (honouring `Retry-After`) and retry the same model.
+    RateLimited,
+    /// A poll or download timed out: nothing was sent that could be paid.
+    Timeout,
+    /// A content refusal: the same model's remaining attempts first.
+    Refused,
+    /// The prediction ran and failed.
+    Failed,
+    /// 503 or unreachable; nothing was created.
+    Unavailable,
+    /// A status check or download the provider answered 404: it does not
+    /// know that prediction (a mistyped reconcile, or one it forgot).
+    NotFound,
+    /// The request may have been accepted, and no answer came (a dropped
+    /// connection or a timeout after sending): the uncertainty window.
+    Uncertain,
+    /// The provider answered with something we do not serve, or plainly
+    /// broken (recorded by the runner).
+    InvalidOutput,
+    /// Left open, then closed by a reviewer's decision (recorded by the
+    /// decision).
+    Abandoned,
+    /// Local work whose run stopped before it finished (recorded when the
+    /// job is taken up again).
+    Interrupted,
+}
+
+impl ErrorClass {
+    pub const ALL: [ErrorClass; 13] = [
+        ErrorClass::Auth,
+        ErrorClass::InvalidInput,
+        ErrorClass::Cancelled,
+        ErrorClass::RateLimited,
+        ErrorClass::Timeout,
+        ErrorClass::Refused,
+        ErrorClass::Failed,
+        ErrorClass::Unavailable,
+        ErrorClass::NotFound,
+        ErrorClass::Uncertain,
+        ErrorClass::InvalidOutput,
+        ErrorClass::Abandoned,
+        ErrorClass::Interrupted,
+    ];
+
+    /// As stored, and as the API and the spend filters say it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorClass::Auth => "auth",
+            ErrorClass::InvalidInput => "invalid_input",
+            ErrorClass::Cancelled => "cancelled",
+            ErrorClass::RateLimited => "rate_limited",
+            ErrorClass::Timeout => "timeout",
+            ErrorClass::Refused => "refused",
+            ErrorClass::Failed => "failed",
+            ErrorClass::Unavailable => "unavailable",
+            ErrorClass::NotFound => "not_found",
+            ErrorClass::Uncertain => "uncertain",
+            ErrorClass::InvalidOutput => "invalid_output",
+            ErrorClass::Abandoned => "abandoned",
+            ErrorClass::Interrupted => "interrupted",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<ErrorClass> {
+        ErrorClass::ALL.into_iter().find(|c| c.as_str() == s)
+    }
+
+    /// Why, in a person's words: "failed: timed out".
+    pub fn words(self) -> &'static str {
+        match self {
+            ErrorClass::Auth => "our credentials were refused",
+            ErrorClass::InvalidInput => "the provider refused the input",
+            ErrorClass::Cancelled => "cancelled",
+            ErrorClass::RateLimited => "the provider was busy",
+            ErrorClass::Timeout => "timed out",
+            ErrorClass::Refused => "the model refused it",
+            ErrorClass::Failed => "it did not work",
+            ErrorClass::Unavailable => "the provider was down",
+            ErrorClass::NotFound => "the provider lost it",
+            ErrorClass::Uncertain => "no answer came",
+            ErrorClass::InvalidOutput => "the result was not usable",
+            ErrorClass::Abandoned => "closed by a reviewer",
+            ErrorClass::Interrupted => "interrupted",
+        }
+    }
+}
+
 /// How an attempt ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -13,8 +13,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::{
-    AttemptState, Comparison, JobId, JobStatus, ParkedStage, Purpose, Readiness, Review,
-    ReviewAction, Usd,
+    AttemptState, Comparison, ErrorClass, JobId, JobStatus, ParkedStage, Purpose, Readiness,
+    Review, ReviewAction, Usd,
 };
 
 /// One entry of a job's timeline, as its kind and detail are stored.
@@ -60,7 +60,7 @@ pub enum Happening {
         attempt: i32,
         state: AttemptState,
         #[serde(default)]
-        error_class: Option<String>,
+        error_class: Option<ErrorClass>,
         #[serde(default)]
         usd: Option<Usd>,
         priced: bool,

@@ -20,7 +20,7 @@ mod role;
 pub mod scrub;
 mod webhook;
 
-pub use attempt::{AttemptEnd, AttemptState, CostSource, Purpose};
+pub use attempt::{AttemptEnd, AttemptState, CostSource, ErrorClass, Purpose};
 #[cfg(feature = "server")]
 pub use catalogue::StyleId;
 pub use catalogue::{

@@ -16,50 +16,7 @@ use crate::model::Usd;
 use serde_json::Value;
 use std::time::Duration;
 
-/// Why a call did not produce an output. The runner decides what to do
-/// next from the class alone (DESIGN.md, Providers).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ErrorClass {
-    /// Credentials refused: stops the chain.
-    Auth,
-    /// The provider rejected the input: stops the chain.
-    InvalidInput,
-    /// The prediction was cancelled: stops the chain.
-    Cancelled,
-    /// 429: back off (honouring `Retry-After`) and retry the same model.
-    RateLimited,
-    /// A poll or download timed out: nothing was sent that could be paid.
-    Timeout,
-    /// A content refusal: the same model's remaining attempts first.
-    Refused,
-    /// The prediction ran and failed.
-    Failed,
-    /// 503 or unreachable; nothing was created.
-    Unavailable,
-    /// A status check or download the provider answered 404: it does not
-    /// know that prediction (a mistyped reconcile, or one it forgot).
-    NotFound,
-    /// The request may have been accepted, and no answer came (a dropped
-    /// connection or a timeout after sending): the uncertainty window.
-    Uncertain,
-}
-
-impl ErrorClass {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ErrorClass::Auth => "auth",
-            ErrorClass::InvalidInput => "invalid_input",
-            ErrorClass::Cancelled => "cancelled",
-            ErrorClass::RateLimited => "rate_limited",
-            ErrorClass::Timeout => "timeout",
-            ErrorClass::Refused => "refused",
-            ErrorClass::Failed => "failed",
-            ErrorClass::Unavailable => "unavailable",
-            ErrorClass::NotFound => "not_found",
-            ErrorClass::Uncertain => "uncertain",
-        }
-    }
-}
+pub use crate::model::ErrorClass;
 
 /// What a call cost, as far as anyone knows. `Unknown` is stored as NULL
 /// and shown as unpriced: never as zero.

@@ -3,9 +3,9 @@
 pub use crate::model::ParkedStage;
 use crate::model::{
     ApiTokenId, AssetId, AttemptEnd, AttemptId, AttemptState, CostSource, Credits, DecisionId,
-    Email, Happening, JobId, JobKind, JobRequest, JobStatus, LedgerEntryId, LedgerKind, ParkedId,
-    ParkedState, Progress, Purpose as AttemptPurpose, RecoveryState, Review, ReviewAction, Role,
-    Usd, UserId,
+    Email, ErrorClass, Happening, JobId, JobKind, JobRequest, JobStatus, LedgerEntryId, LedgerKind,
+    ParkedId, ParkedState, Progress, Purpose as AttemptPurpose, RecoveryState, Review,
+    ReviewAction, Role, Usd, UserId,
 };
 use crate::model::{DeliveryId, DeliveryState, WebhookEndpointId, WebhookEvent};
 use chrono::{DateTime, Utc};
@@ -327,7 +327,7 @@ pub struct NewAttempt {
 pub struct AttemptOutcome {
     pub end: AttemptEnd,
     pub provider_job_id: Option<String>,
-    pub error_class: Option<String>,
+    pub error_class: Option<ErrorClass>,
     pub error: Option<String>,
     pub duration_ms: i64,
     pub usage: Option<serde_json::Value>,
@@ -347,7 +347,7 @@ pub struct Attempt {
     pub state: AttemptState,
     pub idempotency_key: String,
     pub provider_job_id: Option<String>,
-    pub error_class: Option<String>,
+    pub error_class: Option<ErrorClass>,
     pub error: Option<String>,
     pub duration_ms: Option<i64>,
     pub usage: Option<serde_json::Value>,
@@ -813,7 +813,7 @@ pub struct SpendRow {
     pub provider: String,
     pub model: String,
     /// `None` for attempts without an error class.
-    pub error_class: Option<String>,
+    pub error_class: Option<ErrorClass>,
     pub attempts: i64,
     /// The sum of known costs only.
     pub priced_usd: Usd,
@@ -831,7 +831,7 @@ pub struct AttemptFilter {
     /// Only finished attempts nobody could price.
     pub unpriced_only: bool,
     pub model: Option<String>,
-    pub error_class: Option<String>,
+    pub error_class: Option<ErrorClass>,
     pub state: Option<AttemptState>,
     /// Only attempts still holding budget.
     pub holding_only: bool,

@@ -4,7 +4,7 @@
 //! zero; the day's breaker (rule 11) beside it; and the attempts behind the
 //! numbers, a page at a time or as CSV.
 
-use crate::model::{AttemptState, Email, Usd, UserId};
+use crate::model::{AttemptState, Email, ErrorClass, Usd, UserId};
 use crate::store::{
     AttemptCursor, AttemptFilter, AttemptListed, Exposure, Seek, SourceSpend, SpendRow, TokenLabel,
 };
@@ -97,7 +97,7 @@ pub struct SpendModel {
 #[derive(Clone, Debug)]
 pub struct SpendClass {
     /// `None`: attempts without an error (succeeded, or still open).
-    pub error_class: Option<String>,
+    pub error_class: Option<ErrorClass>,
     pub tally: Tally,
 }
 
@@ -221,7 +221,7 @@ pub struct AttemptQuery {
     pub to: NaiveDate,
     pub unpriced_only: bool,
     pub model: Option<String>,
-    pub error_class: Option<String>,
+    pub error_class: Option<ErrorClass>,
     pub state: Option<AttemptState>,
     pub holding_only: bool,
     pub seek: Option<Seek<AttemptCursor>>,
@@ -280,7 +280,12 @@ impl AttemptQuery {
         };
         Ok(AttemptQuery {
             model: text.model.clone().filter(|m| !m.is_empty()),
-            error_class: text.error_class.clone().filter(|c| !c.is_empty()),
+            error_class: match text.error_class.as_deref().filter(|c| !c.is_empty()) {
+                None => None,
+                Some(c) => Some(ErrorClass::parse(c).ok_or_else(|| {
+                    Error::invalid("error_class", "is not an error class Tollgate records")
+                })?),
+            },
             state,
             seek: cursor::decode_opt(text.cursor.as_deref())?,
             limit,
@@ -296,7 +301,7 @@ impl AttemptQuery {
             to: Some(self.to),
             unpriced_only: self.unpriced_only,
             model: self.model.clone(),
-            error_class: self.error_class.clone(),
+            error_class: self.error_class,
             state: self.state,
             holding_only: self.holding_only,
             seek: self.seek,
@@ -343,14 +348,14 @@ impl Tollgate {
             d += chrono::Duration::days(1);
         }
         let mut models: BTreeMap<(String, String), Tally> = BTreeMap::new();
-        let mut classes: BTreeMap<Option<String>, Tally> = BTreeMap::new();
+        let mut classes: BTreeMap<Option<ErrorClass>, Tally> = BTreeMap::new();
         let mut total = Tally::default();
         for r in &rows {
             models
                 .entry((r.provider.clone(), r.model.clone()))
                 .or_default()
                 .add(r);
-            classes.entry(r.error_class.clone()).or_default().add(r);
+            classes.entry(r.error_class).or_default().add(r);
             total.add(r);
         }
         let (people, tokens) = by_source(self.store().spend_by_source(from, to).await?);

@@ -6,9 +6,9 @@
 //! builds an API object itself).
 
 use crate::model::{
-    AssetId, AttemptState, CompareOutcome, CostSource, Credits, Email, JobId, JobKind, JobRequest,
-    JobStatus, LedgerEntryId, LedgerKind, LineageState, Purpose, Review, Role, Usd, UserId,
-    WebhookEvent,
+    AssetId, AttemptState, CompareOutcome, CostSource, Credits, Email, ErrorClass, JobId, JobKind,
+    JobRequest, JobStatus, LedgerEntryId, LedgerKind, LineageState, Purpose, Review, Role, Usd,
+    UserId, WebhookEvent,
 };
 use crate::store::{Asset, Attempt, BudgetDay, Job, JobEvent, LedgerEntry, User};
 use chrono::{DateTime, Utc};
@@ -354,7 +354,7 @@ pub struct AttemptObject {
     pub attempt_no: i32,
     pub state: AttemptState,
     pub provider_job_id: Option<String>,
-    pub error_class: Option<String>,
+    pub error_class: Option<ErrorClass>,
     pub error: Option<String>,
     pub duration_ms: Option<i64>,
     pub usage: Option<Value>,
@@ -377,7 +377,7 @@ impl From<&Attempt> for AttemptObject {
             attempt_no: a.attempt_no,
             state: a.state,
             provider_job_id: a.provider_job_id.clone(),
-            error_class: a.error_class.clone(),
+            error_class: a.error_class,
             error: a.error.clone(),
             duration_ms: a.duration_ms,
             usage: a.usage.clone(),

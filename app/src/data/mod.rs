@@ -299,8 +299,8 @@ pub struct AttemptRow {
     pub provider: String,
     pub model: String,
     pub attempt_no: i32,
-    pub state: String,
-    pub error_class: Option<String>,
+    pub state: tollgate::model::AttemptState,
+    pub error_class: Option<tollgate::model::ErrorClass>,
     pub provider_job_id: Option<String>,
     pub duration_ms: Option<i64>,
     /// None is unpriced (shown as such, never as zero).
@@ -367,17 +367,12 @@ impl JobRow {
 #[cfg(feature = "ssr")]
 fn job_row(j: tollgate::store::Job) -> JobRow {
     let succeeded = j.status == tollgate::model::JobStatus::Succeeded;
+    // The stored error read once, as the API reads it.
+    let error = j.error.as_ref().map(tollgate::wire::JobError::from);
     JobRow {
-        questions: j
-            .error
+        questions: error
             .as_ref()
-            .and_then(|e| e.get("questions"))
-            .and_then(|q| q.as_array())
-            .map(|q| {
-                q.iter()
-                    .filter_map(|x| x.as_str().map(str::to_string))
-                    .collect()
-            })
+            .and_then(|e| e.questions.clone())
             .unwrap_or_default(),
         output_url: (succeeded && j.output_content_type.is_some())
             .then(|| format!("/v1/jobs/{}/output", j.delivers())),
@@ -399,11 +394,13 @@ fn job_row(j: tollgate::store::Job) -> JobRow {
         estimated_usd: j.estimated_usd.dollars(),
         created: ssr::when(j.created_at),
         completed: j.completed_at.map(ssr::when),
-        error: j.error.map(|e| {
-            e.get("message")
-                .and_then(|m| m.as_str())
-                .map(str::to_string)
-                .unwrap_or_else(|| e.to_string())
+        // A failure stored without words still says which it was.
+        error: error.map(|e| {
+            if e.message.is_empty() {
+                e.code
+            } else {
+                e.message
+            }
         }),
     }
 }
@@ -506,7 +503,7 @@ fn attempt_row(a: tollgate::store::Attempt, staff: bool) -> AttemptRow {
         provider: a.provider,
         model: a.model,
         attempt_no: a.attempt_no,
-        state: a.state.as_str().to_string(),
+        state: a.state,
         error_class: a.error_class,
         provider_job_id: a.provider_job_id.filter(|_| staff),
         duration_ms: a.duration_ms,

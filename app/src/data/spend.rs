@@ -92,8 +92,8 @@ pub struct SpendAttemptRow {
     pub provider: String,
     pub model: String,
     pub attempt_no: i32,
-    pub state: String,
-    pub error_class: Option<String>,
+    pub state: tollgate::model::AttemptState,
+    pub error_class: Option<tollgate::model::ErrorClass>,
     /// None is unpriced (or not finished): shown as such, never as $0.
     pub cost: Option<String>,
     pub cost_source: Option<String>,
@@ -194,13 +194,45 @@ pub struct HoldRow {
     pub user: String,
     pub model: String,
     pub attempt_no: i32,
-    pub state: String,
+    pub state: tollgate::model::AttemptState,
     pub hold: String,
     pub started: String,
-    /// "in flight", "parked", "left by a dead worker".
-    pub standing: String,
-    /// How it will be settled.
-    pub settlement: String,
+    pub standing: Standing,
+}
+
+/// Why a hold still stands.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub enum Standing {
+    /// Its job is parked: kept until a reviewer decides.
+    Parked,
+    /// Its worker's lease ran out: the job will be claimed again.
+    DeadWorker,
+    /// The call is still running.
+    InFlight,
+}
+
+impl Standing {
+    pub fn words(self) -> &'static str {
+        match self {
+            Standing::Parked => "parked",
+            Standing::DeadWorker => "left by a dead worker",
+            Standing::InFlight => "in flight",
+        }
+    }
+
+    /// How the hold will be settled.
+    pub fn settlement(self) -> &'static str {
+        match self {
+            Standing::Parked => "Kept until a reviewer decides: the call may have been paid.",
+            Standing::DeadWorker => {
+                "Settled when the job is claimed again: the attempt is recovered by its key, \
+                 or the job is parked for review."
+            }
+            Standing::InFlight => {
+                "Settled with the call's cost when it ends (at the estimate when unknown)."
+            }
+        }
+    }
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -262,7 +294,6 @@ mod convert {
 
     /// An attempt still holding budget, and what will settle it.
     pub fn hold_row(h: &AttemptListed) -> HoldRow {
-        let (standing, settlement) = standing(h);
         HoldRow {
             job_id: h.attempt.job_id.to_string(),
             day: h
@@ -273,11 +304,10 @@ mod convert {
             user: h.user_email.to_string(),
             model: h.attempt.model.clone(),
             attempt_no: h.attempt.attempt_no,
-            state: h.attempt.state.as_str().to_string(),
+            state: h.attempt.state,
             hold: h.attempt.hold_usd.map(Usd::dollars).unwrap_or_default(),
             started: super::super::ssr::when(h.attempt.started_at),
-            standing,
-            settlement,
+            standing: standing(h),
         }
     }
 
@@ -325,8 +355,8 @@ mod convert {
             provider: at.provider.clone(),
             model: at.model.clone(),
             attempt_no: at.attempt_no,
-            state: at.state.as_str().to_string(),
-            error_class: at.error_class.clone(),
+            state: at.state,
+            error_class: at.error_class,
             cost: at.cost_usd.map(Usd::dollars),
             cost_source: at.cost_source.map(|c| c.as_str().to_string()),
             hold: at.hold_usd.map(Usd::dollars),
@@ -334,25 +364,14 @@ mod convert {
         }
     }
 
-    /// Why a hold still stands, and how it will be settled.
-    pub fn standing(a: &AttemptListed) -> (String, String) {
+    /// Why a hold still stands.
+    pub fn standing(a: &AttemptListed) -> Standing {
         if a.job_status == JobStatus::Parked {
-            (
-                "parked".into(),
-                "Kept until a reviewer decides: the call may have been paid.".into(),
-            )
+            Standing::Parked
         } else if a.lease_expired {
-            (
-                "left by a dead worker".into(),
-                "Settled when the job is claimed again: the attempt is recovered by its key, \
-                 or the job is parked for review."
-                    .into(),
-            )
+            Standing::DeadWorker
         } else {
-            (
-                "in flight".into(),
-                "Settled with the call's cost when it ends (at the estimate when unknown).".into(),
-            )
+            Standing::InFlight
         }
     }
 
@@ -518,8 +537,9 @@ fn model_row(m: &tollgate::usecases::spend::SpendModel) -> TallyRow {
 /// An error class's spend; attempts that did not fail are "no error".
 #[cfg(feature = "ssr")]
 fn class_row(c: &tollgate::usecases::spend::SpendClass) -> TallyRow {
-    let label = c.error_class.clone().unwrap_or_else(|| "no error".into());
-    tally_row(label, c.error_class.clone().unwrap_or_default(), &c.tally)
+    let key = c.error_class.map(|c| c.as_str()).unwrap_or_default();
+    let label = c.error_class.map_or("no error", |c| c.as_str());
+    tally_row(label.to_string(), key.to_string(), &c.tally)
 }
 
 /// A person's spend, by their email.

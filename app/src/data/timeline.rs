@@ -179,7 +179,7 @@ mod ssr {
                 priced,
             } => {
                 let how = match (state, error_class) {
-                    (AttemptState::Failed, Some(c)) => format!("failed ({})", c.replace('_', " ")),
+                    (AttemptState::Failed, Some(c)) => format!("failed ({})", c.words()),
                     (s, _) => s.as_str().to_string(),
                 };
                 format!("Attempt {attempt} {how}; {}.", cost_words(*usd, *priced))

@@ -11,7 +11,7 @@ use tollgate::model::Role;
 pub struct EndpointRow {
     pub id: String,
     pub url: String,
-    pub events: Vec<String>,
+    pub events: Vec<tollgate::model::WebhookEvent>,
     pub created: String,
     pub disabled: bool,
     pub disabled_reason: Option<String>,
@@ -25,11 +25,11 @@ pub struct EndpointRow {
 pub struct DeliveryRow {
     pub id: String,
     pub webhook_id: String,
-    pub event: String,
+    pub event: tollgate::model::WebhookEvent,
     pub job_id: Option<String>,
     pub url: String,
     pub owner: String,
-    pub state: String,
+    pub state: tollgate::model::DeliveryState,
     pub attempts: i32,
     pub last_status: Option<i32>,
     pub last_error: Option<String>,
@@ -44,7 +44,7 @@ pub struct MyWebhooks {
     pub endpoints: Vec<EndpointRow>,
     pub deliveries: super::Paged<DeliveryRow>,
     /// The events an endpoint may want.
-    pub events: Vec<String>,
+    pub events: Vec<tollgate::model::WebhookEvent>,
 }
 
 /// Deliveries a page on the admin's Webhooks page.
@@ -79,7 +79,7 @@ fn endpoint_row(e: &tollgate::store::WebhookEndpoint, owner: String) -> Endpoint
     EndpointRow {
         id: e.id.to_string(),
         url: e.url.clone(),
-        events: e.events.iter().map(|v| v.as_str().to_string()).collect(),
+        events: e.events.clone(),
         created: when(e.created_at),
         disabled: e.disabled_at.is_some(),
         disabled_reason: e.disabled_reason.clone(),
@@ -99,11 +99,11 @@ fn delivery_row(d: &tollgate::store::Delivery) -> DeliveryRow {
     DeliveryRow {
         id: d.id.to_string(),
         webhook_id: d.webhook_id.clone(),
-        event: d.event.as_str().to_string(),
+        event: d.event,
         job_id: d.job_id.map(|j| j.to_string()),
         url: d.url.clone(),
         owner: d.user_email.as_str().to_string(),
-        state: d.state.as_str().to_string(),
+        state: d.state,
         attempts: d.attempts,
         last_status: d.last_status,
         last_error: d.last_error.clone(),
@@ -134,10 +134,7 @@ pub async fn load_my_webhooks(cursor: Option<String>) -> Result<MyWebhooks, Serv
             .map(|e| endpoint_row(e, me.clone()))
             .collect(),
         deliveries: super::paged(deliveries, |d| delivery_row(&d)),
-        events: tollgate::model::WebhookEvent::JOB_EVENTS
-            .iter()
-            .map(|e| e.as_str().to_string())
-            .collect(),
+        events: tollgate::model::WebhookEvent::JOB_EVENTS.to_vec(),
     })
 }
 

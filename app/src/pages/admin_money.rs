@@ -7,7 +7,8 @@
 use super::{LoadError, Pager};
 use crate::data::{
     load_budget, load_overview, load_spend, BudgetView, ChangeRow, ChartBar, DayRow, HoldRow,
-    Overview, SpendAttemptRow, SpendFilters, SpendView, SpenderRow, TallyRow, CHART_HEIGHT,
+    Overview, SpendAttemptRow, SpendFilters, SpendView, SpenderRow, Standing, TallyRow,
+    CHART_HEIGHT,
 };
 use leptos::prelude::*;
 use leptos_meta::Title;
@@ -584,7 +585,7 @@ fn AttemptTable(rows: Vec<SpendAttemptRow>) -> impl IntoView {
     let body = rows
         .into_iter()
         .map(|a| {
-            let finished = a.state == "succeeded" || a.state == "failed";
+            let finished = !a.state.is_open();
             let cost = match (&a.cost, finished) {
                 (Some(c), _) => view! {
                     <span class="mono">{c.clone()}</span>
@@ -606,8 +607,8 @@ fn AttemptTable(rows: Vec<SpendAttemptRow>) -> impl IntoView {
                         <div class="cell-title">{a.model.clone()}</div>
                         <div class="small muted">{format!("{} · attempt {}", a.provider, a.attempt_no)}</div>
                     </td>
-                    <td data-label="State"><span class=format!("badge attempt-{}", a.state)>{a.state.clone()}</span></td>
-                    <td data-label="Error class">{a.error_class.clone().unwrap_or_default()}</td>
+                    <td data-label="State"><span class=format!("badge attempt-{}", a.state.as_str())>{a.state.as_str()}</span></td>
+                    <td data-label="Error class">{a.error_class.map(|c| c.as_str()).unwrap_or_default()}</td>
                     <td data-label="Cost">{cost}</td>
                     <td class="small muted" data-label="Breaker">{money}</td>
                     <td class="actions"><a href=format!("/edits/{}", a.job_id) data-testid="timeline-link">"Timeline"</a></td>
@@ -849,10 +850,10 @@ fn HoldTable(rows: Vec<HoldRow>) -> impl IntoView {
     let body = rows
         .into_iter()
         .map(|h| {
-            let class = match h.standing.as_str() {
-                "parked" => "badge status status-parked",
-                "left by a dead worker" => "badge badge-halted",
-                _ => "badge status status-running",
+            let class = match h.standing {
+                Standing::Parked => "badge status status-parked",
+                Standing::DeadWorker => "badge badge-halted",
+                Standing::InFlight => "badge status status-running",
             };
             view! {
                 <tr>
@@ -860,8 +861,8 @@ fn HoldTable(rows: Vec<HoldRow>) -> impl IntoView {
                     <td data-label="User">{h.user.clone()}</td>
                     <td class="num" data-label="Hold">{h.hold.clone()}</td>
                     <td class="nowrap" data-label="Day">{h.day.clone()}</td>
-                    <td data-label="Standing"><span class=class>{h.standing.clone()}</span></td>
-                    <td class="small muted" data-label="Settlement">{h.settlement.clone()}</td>
+                    <td data-label="Standing"><span class=class>{h.standing.words()}</span></td>
+                    <td class="small muted" data-label="Settlement">{h.standing.settlement()}</td>
                 </tr>
             }
         })

@@ -9,7 +9,7 @@ use crate::islands::{BeforeAfter, LiveStatus, VersionCompare};
 use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::hooks::{use_params_map, use_query_map};
-use tollgate::model::{style, JobRequest, JobStatus};
+use tollgate::model::{style, AttemptState, ErrorClass, JobRequest, JobStatus};
 
 /// A job's status as a badge. A finished job whose review found issues
 /// reads "Issues found", not "Done".
@@ -544,11 +544,11 @@ fn AttemptList(attempts: Vec<AttemptRow>) -> impl IntoView {
     view! {
         <ul class="attempts" data-testid="attempts">
             {attempts.into_iter().map(|a| {
-                let tone = match a.state.as_str() { "succeeded" => "succeeded", "failed" => "failed", _ => "running" };
+                let tone = match a.state { AttemptState::Succeeded => "succeeded", AttemptState::Failed => "failed", AttemptState::Submitting | AttemptState::Submitted => "running" };
                 view! {
                 <li>
                     <span class="small">{format!("Try {} · {}", a.attempt_no, a.model)}</span>
-                    <span class=format!("badge status-{tone}")>{attempt_outcome(&a.state, a.error_class.as_deref())}</span>
+                    <span class=format!("badge status-{tone}")>{attempt_outcome(a.state, a.error_class)}</span>
                     <span class="muted small">{a.duration_ms.map(seconds).unwrap_or_default()}</span>
                     <span class="small">{cost_words(a.cost_usd.as_deref(), a.cost_source.as_deref())}</span>
                     {a.provider_job_id.map(|id| view! { <span class="mono small muted" title="The provider's id for this call">{id}</span> })}
@@ -561,27 +561,13 @@ fn AttemptList(attempts: Vec<AttemptRow>) -> impl IntoView {
 }
 
 /// An attempt's state and, when it failed, why: "failed: timed out".
-fn attempt_outcome(state: &str, error_class: Option<&str>) -> String {
-    let why = match error_class {
-        None | Some("failed") => None,
-        Some("timeout") => Some("timed out"),
-        Some("rate_limited") => Some("the provider was busy"),
-        Some("unavailable") => Some("the provider was down"),
-        Some("refused") => Some("the model refused it"),
-        Some("invalid_output") => Some("the result was not usable"),
-        Some("uncertain") => Some("no answer came"),
-        Some("auth") => Some("our credentials were refused"),
-        Some("invalid_input") => Some("the provider refused the input"),
-        Some("cancelled") => Some("cancelled"),
-        Some("not_found") => Some("the provider lost it"),
-        Some(_) => Some("see the timeline"),
-    };
-    match (state, why) {
-        ("succeeded", _) => "done".into(),
-        ("failed", Some(w)) => format!("failed: {w}"),
-        ("failed", None) => "failed".into(),
-        ("submitted", _) => "in progress".into(),
-        _ => "sending".into(),
+fn attempt_outcome(state: AttemptState, error_class: Option<ErrorClass>) -> String {
+    match (state, error_class) {
+        (AttemptState::Succeeded, _) => "done".into(),
+        (AttemptState::Failed, None | Some(ErrorClass::Failed)) => "failed".into(),
+        (AttemptState::Failed, Some(why)) => format!("failed: {}", why.words()),
+        (AttemptState::Submitted, _) => "in progress".into(),
+        (AttemptState::Submitting, _) => "sending".into(),
     }
 }
 

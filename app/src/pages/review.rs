@@ -13,6 +13,7 @@ use crate::data::{
 use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::hooks::{use_params_map, use_query_map};
+use tollgate::model::ParkedState;
 
 /// From this many unresolved submissions on, the queue says so loudly.
 const UNRESOLVED_BANNER_MIN: i64 = 3;
@@ -21,16 +22,14 @@ fn stage_badge(stage: &str, label: &str) -> impl IntoView {
     view! { <span class=format!("badge stage-{stage}")>{label.to_string()}</span> }
 }
 
-fn state_badge(state: &str) -> impl IntoView {
+fn state_badge(state: ParkedState) -> impl IntoView {
     let label = match state {
-        "open" => "Waiting for a decision",
-        "decided" => "Decided: recovery pending",
-        "recovering" => "Recovering",
-        "closed" => "Closed",
-        other => other,
+        ParkedState::Open => "Waiting for a decision",
+        ParkedState::Decided => "Decided: recovery pending",
+        ParkedState::Recovering => "Recovering",
+        ParkedState::Closed => "Closed",
     };
-    let label = label.to_string();
-    view! { <span class=format!("badge review-{state}") data-testid="record-state">{label}</span> }
+    view! { <span class=format!("badge review-{}", state.as_str()) data-testid="record-state">{label}</span> }
 }
 
 fn filters_from_url() -> ReviewFilters {
@@ -216,7 +215,7 @@ fn QueueTable(rows: Vec<QueueRow>) -> impl IntoView {
                     <td data-label="Waiting" class="nowrap" title=r.parked_at.clone()>{r.age.clone()}</td>
                     <td data-label="Exposure">{r.exposure.clone()}</td>
                     <td data-label="Held" class="nowrap">{r.hold.clone().unwrap_or_else(|| "nothing".into())}</td>
-                    <td data-label="State">{state_badge(&r.state)}</td>
+                    <td data-label="State">{state_badge(r.state)}</td>
                     <td class="actions"><a class="btn btn-small" href=href>"Open"</a></td>
                 </tr>
             }
@@ -374,7 +373,7 @@ fn RecordView(r: ReviewRecord) -> impl IntoView {
                 <p class="crumbs"><a href="/review">"Review queue"</a></p>
                 <h1>{r.stage_label.clone()}</h1>
                 <div class="job-meta">
-                    {state_badge(&r.state)}
+                    {state_badge(r.state)}
                     <span class="muted">{format!("Parked {} ({} ago) · round {}", r.parked_at, r.age, r.round)}</span>
                 </div>
             </div>
@@ -465,12 +464,12 @@ fn EvidenceCard(r: ReviewRecord) -> impl IntoView {
 fn DecideCard(r: ReviewRecord) -> impl IntoView {
     let actions = r.allowed.clone();
     if actions.is_empty() {
-        let why = match r.state.as_str() {
-            "decided" => "Decided: a worker will claim the recovery shortly.",
-            "recovering" => {
+        let why = match r.state {
+            ParkedState::Decided => "Decided: a worker will claim the recovery shortly.",
+            ParkedState::Recovering => {
                 "A worker holds the recovery; the record closes when its outcome is verified."
             }
-            _ => "This record is closed.",
+            ParkedState::Open | ParkedState::Closed => "This record is closed.",
         };
         return view! { <section class="card"><p class="muted" data-testid="no-actions">{why}</p></section> }
             .into_any();
@@ -493,8 +492,8 @@ fn RecordAttempts(attempts: Vec<ReviewAttemptRow>) -> impl IntoView {
                 <tr data-testid="record-attempt">
                     <td>{format!("#{}", a.attempt_no)}</td>
                     <td><div class="cell-title">{a.model.clone()}</div><div class="small muted">{a.provider.clone()}</div></td>
-                    <td><span class=format!("badge attempt-{}", a.state)>{a.state.clone()}</span>
-                        {a.error_class.clone().map(|c| view! { <div class="small muted">{c}</div> })}</td>
+                    <td><span class=format!("badge attempt-{}", a.state.as_str())>{a.state.as_str()}</span>
+                        {a.error_class.map(|c| view! { <div class="small muted">{c.as_str()}</div> })}</td>
                     <td class="small">{a.cost.clone()}{a.hold.clone().map(|h| view! { <div class="small muted">{format!("held {h}")}</div> })}</td>
                     <td class="mono small">{a.provider_job_id.clone().unwrap_or_default()}<div class="muted">{a.idempotency_key.clone()}</div></td>
                     <td class="small nowrap">{a.started.clone()}</td>

@@ -11,15 +11,15 @@ use crate::data::{
 use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::hooks::use_query_map;
+use tollgate::model::{DeliveryState, WebhookEvent};
 
-fn event_label(e: &str) -> &'static str {
+fn event_label(e: WebhookEvent) -> &'static str {
     match e {
-        "generation.succeeded" => "succeeded",
-        "generation.failed" => "failed",
-        "generation.cancelled" => "cancelled",
-        "generation.parked" => "parked",
-        "webhook.test" => "test",
-        _ => "event",
+        WebhookEvent::Succeeded => "succeeded",
+        WebhookEvent::Failed => "failed",
+        WebhookEvent::Cancelled => "cancelled",
+        WebhookEvent::Parked => "parked",
+        WebhookEvent::Test => "test",
     }
 }
 
@@ -57,9 +57,9 @@ fn MyWebhooksView(w: MyWebhooks) -> impl IntoView {
         .events
         .iter()
         .map(|e| {
-            let name = format!("ev_{}", event_label(e));
+            let name = format!("ev_{}", event_label(*e));
             view! {
-                <label class="check"><input type="checkbox" name=name value="1" checked=true />{format!(" {e}")}</label>
+                <label class="check"><input type="checkbox" name=name value="1" checked=true />{format!(" {}", e.as_str())}</label>
             }
         })
         .collect_view();
@@ -138,7 +138,7 @@ fn EndpointTable(rows: Vec<EndpointRow>, mine: bool) -> impl IntoView {
                         {e.rotating_until.clone().map(|r| view! { <div class="small muted">{format!("Both secrets sign until {r}")}</div> })}
                         {e.failing_since.clone().map(|f| view! { <div class="small muted">{format!("Failing since {f}")}</div> })}
                     </div></td>
-                    <td data-label="Events" class="small">{e.events.iter().map(|x| event_label(x)).collect::<Vec<_>>().join(", ")}</td>
+                    <td data-label="Events" class="small">{e.events.iter().map(|x| event_label(*x)).collect::<Vec<_>>().join(", ")}</td>
                     <td data-label="State">{state}</td>
                     <td class="actions">{actions}</td>
                 </tr>
@@ -164,7 +164,7 @@ fn DeliveryTable(rows: Vec<DeliveryRow>, admin: bool) -> impl IntoView {
     let body = rows
         .into_iter()
         .map(|d| {
-            let replay = (admin && d.state != "pending").then(|| {
+            let replay = (admin && d.state != DeliveryState::Pending).then(|| {
                 view! {
                     <form method="post" action=format!("/admin/webhooks/{}/replay", d.id) class="inline-form">
                         <button type="submit" class="btn btn-small">"Replay"</button>
@@ -173,11 +173,11 @@ fn DeliveryTable(rows: Vec<DeliveryRow>, admin: bool) -> impl IntoView {
             });
             view! {
                 <tr data-testid="delivery-row">
-                    <td data-label="Event"><div><div class="cell-title">{event_label(&d.event).to_string()}</div>
+                    <td data-label="Event"><div><div class="cell-title">{event_label(d.event)}</div>
                         <div class="mono small muted" title="webhook-id">{d.webhook_id.clone()}</div></div></td>
                     {admin.then(|| view! { <td data-label="Owner" class="small">{d.owner.clone()}</td> })}
                     <td data-label="URL" class="mono small">{d.url.clone()}</td>
-                    <td data-label="State"><span class=format!("badge delivery-{}", d.state)>{d.state.clone()}</span>
+                    <td data-label="State"><span class=format!("badge delivery-{}", d.state.as_str())>{d.state.as_str()}</span>
                         {(d.replays > 0).then(|| view! { <div class="small muted">{format!("replayed {}×", d.replays)}</div> })}</td>
                     <td data-label="Tries" class="num">{d.attempts}</td>
                     <td data-label="Last answer" class="small">

@@ -105,6 +105,17 @@ fn corrupt(e: impl std::fmt::Display) -> StoreError {
     StoreError::Corrupt(e.to_string())
 }
 
+/// A stored error class; none when the column is NULL or empty (the spend
+/// rollup keeps "no class" as '').
+fn error_class_of(stored: Option<String>) -> StoreResult<Option<crate::model::ErrorClass>> {
+    match stored.as_deref() {
+        None | Some("") => Ok(None),
+        Some(c) => crate::model::ErrorClass::parse(c)
+            .map(Some)
+            .ok_or_else(|| corrupt(c)),
+    }
+}
+
 fn user_from_row(row: &Row) -> StoreResult<User> {
     let role: String = row.try_get("role")?;
     Ok(User {
@@ -213,7 +224,7 @@ fn attempt_from_row(r: &Row) -> StoreResult<Attempt> {
         state: AttemptState::parse(&state).ok_or_else(|| corrupt(&state))?,
         idempotency_key: r.try_get("idempotency_key")?,
         provider_job_id: r.try_get("provider_job_id")?,
-        error_class: r.try_get("error_class")?,
+        error_class: error_class_of(r.try_get("error_class")?)?,
         error: r.try_get("error")?,
         duration_ms: r.try_get("duration_ms")?,
         usage: usage.map(|u| u.0),

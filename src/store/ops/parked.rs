@@ -8,9 +8,6 @@
 use super::*;
 use chrono::{DateTime, Utc};
 
-/// Open attempts a reviewer's `accept_failure` closes are ended as this.
-const ABANDONED: &str = "abandoned";
-
 impl Backend {
     /// Parked records, filtered, in the filter's order, from a cursor
     /// either way.
@@ -456,7 +453,7 @@ async fn abandon_open_attempts(conn: &mut Conn, d: &NewDecision, job: JobId) -> 
          WHERE job_id = $1 AND state IN ('submitting', 'submitted')",
     )
     .bind(job.0)
-    .bind(ABANDONED)
+    .bind(crate::model::ErrorClass::Abandoned.as_str())
     .bind("closed by a reviewer's decision; what it cost is unknown")
     .bind(d.decided_at)
     .execute(&mut *conn)

@@ -27,12 +27,11 @@ impl Backend {
         .await?;
         rows.iter()
             .map(|r| {
-                let class: String = r.try_get("error_class")?;
                 Ok(SpendRow {
                     day: r.try_get("day")?,
                     provider: r.try_get("provider")?,
                     model: r.try_get("model")?,
-                    error_class: (!class.is_empty()).then_some(class),
+                    error_class: error_class_of(r.try_get("error_class")?)?,
                     attempts: r.try_get("attempts")?,
                     priced_usd: r.try_get("priced_usd")?,
                     priced: r.try_get("priced")?,
@@ -66,12 +65,11 @@ impl Backend {
             .await?;
         rows.iter()
             .map(|r| {
-                let class: String = r.try_get("error_class")?;
                 Ok(SpendRow {
                     day: r.try_get("day")?,
                     provider: r.try_get("provider")?,
                     model: r.try_get("model")?,
-                    error_class: (!class.is_empty()).then_some(class),
+                    error_class: error_class_of(r.try_get("error_class")?)?,
                     attempts: r.try_get("attempts")?,
                     priced_usd: r.try_get("priced_usd")?,
                     priced: r.try_get("priced")?,

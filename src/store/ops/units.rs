@@ -714,7 +714,9 @@ async fn end_many(
             let q = col(q, r, |x| x.2 .0);
             let q = col(q, r, |x| x.3.end.state().as_str());
             let q = col(q, r, |x| x.3.provider_job_id.as_deref());
-            let q = col(q, r, |x| x.3.error_class.as_deref());
+            let q = col(q, r, |x| {
+                x.3.error_class.map(crate::model::ErrorClass::as_str)
+            });
             let q = col(q, r, |x| x.3.error.as_deref().map(scrub::text));
             let q = col(q, r, |x| x.3.duration_ms);
             let q = col(q, r, |x| x.3.usage.as_ref().map(Json));
