@@ -67,15 +67,11 @@ async fn edit(db: &TestDb, u: &User, key: &str, description: &str) -> JobId {
 
 async fn settled(db: &TestDb, id: JobId) -> Job {
     let engine = tollgate::engine::start(db.tollgate.clone(), 2);
-    for _ in 0..400 {
-        let j = db.store().job(id).await.unwrap().unwrap();
-        if j.status.is_terminal() {
-            engine.shutdown().await;
-            return j;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("job {id} did not finish in 20 s");
+    let j = db
+        .job_when(id, Duration::from_secs(20), |j| j.status.is_terminal())
+        .await;
+    engine.shutdown().await;
+    j
 }
 
 async fn balance(db: &TestDb, u: &User) -> i64 {

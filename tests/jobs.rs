@@ -1046,13 +1046,10 @@ mod retention {
     }
 
     async fn wait_until(what: &str, mut done: impl AsyncFnMut() -> bool) {
-        for _ in 0..500 {
-            if done().await {
-                return;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
-        panic!("{what} never happened");
+        tollgate_testkit::wait_until(what, std::time::Duration::from_secs(10), async || {
+            done().await.then_some(())
+        })
+        .await
     }
 
     async fn asset_object(db: &TestDb, id: AssetId, owner: &User) -> Option<String> {

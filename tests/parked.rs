@@ -24,7 +24,7 @@ use tollgate::store::{
 use tollgate::usecases::parked::{DecisionRequest, ParkedQuery, ParkedQueryText};
 use tollgate::wire::JobObject;
 use tollgate::Error;
-use tollgate_testkit::both_backends;
+use tollgate_testkit::{both_backends, wait_until};
 use tollgate_testkit::{MockServer, TestDb};
 
 both_backends!(
@@ -590,14 +590,9 @@ fn mock_model(m: &MockServer, extra: &str) -> String {
 }
 
 async fn run_until(db: &TestDb, job: JobId, done: impl Fn(JobStatus) -> bool) -> JobStatus {
-    for _ in 0..600 {
-        let s = db.store().job(job).await.unwrap().unwrap().status;
-        if done(s) {
-            return s;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("job {job} never settled");
+    db.job_when(job, Duration::from_secs(12), |j| done(j.status))
+        .await
+        .status
 }
 
 async fn clip(db: &TestDb, u: &User, key: &str) -> JobId {
@@ -637,13 +632,10 @@ async fn a_failed_recovery_returns_the_record_to_the_queue(db: TestDb) {
         .await
         .unwrap();
     // It runs again, fails again, and is back in the queue.
-    for _ in 0..300 {
-        let r = db.store().parked(record.id).await.unwrap().unwrap();
-        if r.state == ParkedState::Open && r.round == 2 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_for_record(&db, record.id, |r| {
+        r.state == ParkedState::Open && r.round == 2
+    })
+    .await;
     engine.shutdown().await;
     let r = db.store().parked(record.id).await.unwrap().unwrap();
     assert_eq!((r.state, r.round), (ParkedState::Open, 2));
@@ -1094,14 +1086,15 @@ async fn wait_for_record(
     record: tollgate::model::ParkedId,
     done: impl Fn(&Parked) -> bool,
 ) -> Parked {
-    for _ in 0..500 {
-        let r = db.store().parked(record).await.unwrap().unwrap();
-        if done(&r) {
-            return r;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("record {record} never got there");
+    wait_until(
+        &format!("record {record}"),
+        Duration::from_secs(10),
+        async || {
+            let r = db.store().parked(record).await.unwrap().unwrap();
+            done(&r).then_some(r)
+        },
+    )
+    .await
 }
 
 /// The job's owner's view of its timeline, as one string.

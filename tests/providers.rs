@@ -12,7 +12,7 @@ use tollgate::model::{
 };
 use tollgate::providers::mock::MockConfig;
 use tollgate::store::{Hold, Job, NewAttempt, Op, ParkedFilter, ParkedStage, Unit, User};
-use tollgate_testkit::both_backends;
+use tollgate_testkit::{both_backends, wait_until};
 use tollgate_testkit::{MockServer, TestDb};
 
 /// A mock provider in this process on a free port.
@@ -75,20 +75,31 @@ async fn edit(db: &TestDb, u: &User, key: &str) -> JobId {
         .id
 }
 
+/// Waits (bounded) until the provider accepted the job's first attempt.
+async fn until_submitted(db: &TestDb, id: JobId) {
+    wait_until(
+        "the provider accepts the attempt",
+        Duration::from_secs(4),
+        async || {
+            let a = db.store().attempts(id).await.unwrap();
+            a.first()
+                .is_some_and(|a| a.state == AttemptState::Submitted)
+                .then_some(())
+        },
+    )
+    .await
+}
+
 /// Runs the engine until the job is terminal or parked (bounded).
 async fn run_until_settled(db: &TestDb, id: JobId) -> Job {
     let engine = tollgate::engine::start(db.tollgate.clone(), 2);
-    let mut job = None;
-    for _ in 0..400 {
-        let j = db.store().job(id).await.unwrap().unwrap();
-        if j.status.is_terminal() || j.status == JobStatus::Parked {
-            job = Some(j);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let job = db
+        .job_when(id, Duration::from_secs(20), |j| {
+            j.status.is_terminal() || j.status == JobStatus::Parked
+        })
+        .await;
     engine.shutdown().await;
-    job.unwrap_or_else(|| panic!("job {id} did not settle in 20 s"))
+    job
 }
 
 async fn balance(db: &TestDb, u: &User) -> Credits {
@@ -309,15 +320,7 @@ async fn a_cancel_mid_poll_stops_the_run_and_books_the_estimate(db: TestDb) {
     let u = person(&db).await;
     let id = edit(&db, &u, "k").await;
     let engine = tollgate::engine::start(db.tollgate.clone(), 1);
-    for _ in 0..200 {
-        let a = db.store().attempts(id).await.unwrap();
-        if a.first()
-            .is_some_and(|a| a.state == AttemptState::Submitted)
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until_submitted(&db, id).await;
     let job = db.tollgate.cancel_job(&u, id).await.unwrap();
     assert_eq!(job.status, JobStatus::Cancelled);
     // The run notices at its next poll and settles the hold: the call may
@@ -766,15 +769,7 @@ async fn a_shutdown_mid_poll_resumes_the_same_prediction(db: TestDb) {
     let id = edit(&db, &u, "k").await;
     let engine = tollgate::engine::start(db.tollgate.clone(), 1);
     // Wait until the provider accepted it, then stop this node.
-    for _ in 0..200 {
-        let a = db.store().attempts(id).await.unwrap();
-        if a.first()
-            .is_some_and(|a| a.state == AttemptState::Submitted)
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until_submitted(&db, id).await;
     engine.shutdown().await;
     let j = db.store().job(id).await.unwrap().unwrap();
     assert_eq!(j.status, JobStatus::Queued, "given back on shutdown");
@@ -1065,15 +1060,7 @@ async fn a_run_that_lost_its_lease_writes_nothing_after_the_call(db: TestDb) {
     let u = person(&db).await;
     let id = edit(&db, &u, "k").await;
     let engine = tollgate::engine::start(db.tollgate.clone(), 1);
-    for _ in 0..200 {
-        let a = db.store().attempts(id).await.unwrap();
-        if a.first()
-            .is_some_and(|a| a.state == AttemptState::Submitted)
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until_submitted(&db, id).await;
     // Its lease runs out behind its back and another node claims the job.
     expire_lease(&db, id).await;
     let thief = db.store().claim_jobs("thief", 1, 1.0).await.unwrap();

@@ -12,8 +12,8 @@ use std::time::Duration;
 use tokio::sync::Barrier;
 use tollgate::model::{Credits, Role};
 use tollgate::store::User;
-use tollgate_testkit::both_backends;
 use tollgate_testkit::TestDb;
+use tollgate_testkit::{both_backends, wait_until};
 
 const PASSWORD: &str = "correct horse battery";
 
@@ -110,14 +110,17 @@ impl Api {
 
     /// Waits (bounded) until the job is terminal, and reads it.
     async fn settled(&self, token: &str, id: &str) -> Value {
-        for _ in 0..300 {
-            let (_, j) = self.get(token, &format!("/v1/jobs/{id}")).await;
-            if ["succeeded", "failed", "cancelled"].contains(&j["status"].as_str().unwrap_or("")) {
-                return j;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        panic!("job {id} did not finish in 30 s");
+        wait_until(
+            &format!("job {id} finishes"),
+            Duration::from_secs(30),
+            async || {
+                let (_, j) = self.get(token, &format!("/v1/jobs/{id}")).await;
+                ["succeeded", "failed", "cancelled"]
+                    .contains(&j["status"].as_str().unwrap_or(""))
+                    .then_some(j)
+            },
+        )
+        .await
     }
 
     /// Whether a repair's charge was given back as it was ordered.

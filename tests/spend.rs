@@ -17,7 +17,7 @@ use tollgate::model::{
 use tollgate::providers::mock::MockConfig;
 use tollgate::store::{AttemptOutcome, Claim, Hold, NewAttempt, Op, Unit, User};
 use tollgate::usecases::spend::{AttemptQuery, AttemptQueryText};
-use tollgate_testkit::both_backends;
+use tollgate_testkit::{both_backends, wait_until};
 use tollgate_testkit::{MockServer, TestDb};
 
 both_backends!(
@@ -95,20 +95,16 @@ async fn edits(db: &TestDb, u: &User, prefix: &str, n: usize) -> Vec<JobId> {
 
 /// Waits (bounded) until every job is terminal or parked.
 async fn settle_all(db: &TestDb, ids: &[JobId]) -> Vec<tollgate::store::Job> {
-    for _ in 0..1200 {
+    wait_until("every job settles", Duration::from_secs(60), async || {
         let mut all = Vec::new();
         for id in ids {
             all.push(db.store().job(*id).await.unwrap().unwrap());
         }
-        if all
-            .iter()
+        all.iter()
             .all(|j| j.status.is_terminal() || j.status == JobStatus::Parked)
-        {
-            return all;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("the jobs did not settle in 60 s");
+            .then_some(all)
+    })
+    .await
 }
 
 async fn predictions(m: &MockServer) -> usize {
@@ -256,12 +252,12 @@ async fn a_halt_while_calls_are_in_flight_sends_nothing_new(db: TestDb) {
         .unwrap();
     let first = edits(&db, &u, "before", 20).await;
     let engine = tollgate::engine::start(db.tollgate.clone(), 20);
-    for _ in 0..400 {
-        if predictions(&m).await == 20 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_until(
+        "twenty calls in flight",
+        Duration::from_secs(4),
+        async || (predictions(&m).await == 20).then_some(()),
+    )
+    .await;
     assert_eq!(predictions(&m).await, 20, "all twenty are in flight");
     let today = Utc::now().date_naive();
     let d = db

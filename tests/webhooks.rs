@@ -17,8 +17,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tollgate::model::{Credits, DeliveryState, JobId, JobStatus, Role};
 use tollgate::store::{Delivery, DeliveryFilter, User};
-use tollgate_testkit::both_backends;
 use tollgate_testkit::TestDb;
+use tollgate_testkit::{both_backends, wait_until};
 
 both_backends!(
     a_delivery_verifies_and_its_retries_keep_the_id_and_body,
@@ -105,14 +105,15 @@ impl Receiver {
     }
 
     async fn wait_for(&self, n: usize) -> Vec<Got> {
-        for _ in 0..500 {
-            let got = self.got();
-            if got.len() >= n {
-                return got;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        panic!("the receiver got {} of {n} requests", self.got().len());
+        wait_until(
+            &format!("the receiver gets {n} requests"),
+            Duration::from_secs(10),
+            async || {
+                let got = self.got();
+                (got.len() >= n).then_some(got)
+            },
+        )
+        .await
     }
 }
 
@@ -193,14 +194,9 @@ async fn clip(db: &TestDb, u: &User, key: &str, webhook_url: Option<&str>) -> Jo
 }
 
 async fn settled(db: &TestDb, job: JobId) -> JobStatus {
-    for _ in 0..500 {
-        let s = db.store().job(job).await.unwrap().unwrap().status;
-        if s.is_terminal() {
-            return s;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("job {job} never finished");
+    db.job_when(job, Duration::from_secs(10), |j| j.status.is_terminal())
+        .await
+        .status
 }
 
 async fn deliveries(db: &TestDb) -> Vec<Delivery> {
@@ -214,17 +210,15 @@ async fn deliveries(db: &TestDb) -> Vec<Delivery> {
 }
 
 async fn until_state(db: &TestDb, state: DeliveryState) -> Vec<Delivery> {
-    for _ in 0..500 {
-        let d = deliveries(db).await;
-        if !d.is_empty() && d.iter().all(|d| d.state == state) {
-            return d;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!(
-        "deliveries never became {state:?}: {:?}",
-        deliveries(db).await
-    );
+    wait_until(
+        &format!("every delivery {state:?}"),
+        Duration::from_secs(10),
+        async || {
+            let d = deliveries(db).await;
+            (!d.is_empty() && d.iter().all(|d| d.state == state)).then_some(d)
+        },
+    )
+    .await
 }
 
 fn verifies(secret: &str, g: &Got) -> bool {

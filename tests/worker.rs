@@ -63,14 +63,8 @@ async fn edit(db: &TestDb, u: &User, key: &str, target: Value) -> JobId {
 
 /// Waits (bounded) until the job is terminal.
 async fn settled(db: &TestDb, id: JobId) -> Job {
-    for _ in 0..300 {
-        let j = db.store().job(id).await.unwrap().unwrap();
-        if j.status.is_terminal() {
-            return j;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("job {id} did not finish in 30 s");
+    db.job_when(id, Duration::from_secs(30), |j| j.status.is_terminal())
+        .await
 }
 
 fn local_attempt(claim: &Claim, n: i32) -> NewAttempt {

@@ -7,11 +7,11 @@
 
 use serde_json::json;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tollgate::model::AttemptState;
 use tollgate::model::{Credits, JobId, JobStatus, Role, Usd};
 use tollgate_testkit::both_backends;
-use tollgate_testkit::TestDb;
+use tollgate_testkit::{try_wait_until, wait_until, TestDb};
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -58,22 +58,55 @@ async fn serve_as(db: &TestDb, config: Option<&std::path::Path>, role: &str) -> 
         .stderr(std::fs::File::create(db.dir.join(format!("{role}-{port}.log"))).unwrap())
         .spawn()
         .expect("starting tollgate serve");
-    let http = reqwest::Client::new();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while Instant::now() < deadline {
-        if http
-            .get(format!("http://127.0.0.1:{port}/healthz"))
-            .send()
-            .await
-            .is_ok()
-        {
-            return (child, format!("http://127.0.0.1:{port}"));
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    let base = format!("http://127.0.0.1:{port}");
+    if tollgate_testkit::serving(&base).await {
+        return (child, base);
     }
     let _ = child.kill();
     let _ = child.wait();
     panic!("tollgate serve did not come up");
+}
+
+/// The jobs as they stand.
+async fn read_jobs(db: &TestDb, ids: &[JobId]) -> Vec<tollgate::store::Job> {
+    let mut jobs = Vec::new();
+    for id in ids {
+        jobs.push(db.store().job(*id).await.unwrap().unwrap());
+    }
+    jobs
+}
+
+/// The jobs once every one is as `done` says, or as they stand after two
+/// minutes (the assertions that follow say which is not).
+async fn jobs_when(
+    db: &TestDb,
+    ids: &[JobId],
+    done: impl Fn(&tollgate::store::Job) -> bool,
+) -> Vec<tollgate::store::Job> {
+    let all_done = try_wait_until(Duration::from_secs(120), async || {
+        let jobs = read_jobs(db, ids).await;
+        jobs.iter().all(&done).then_some(jobs)
+    })
+    .await;
+    match all_done {
+        Some(jobs) => jobs,
+        None => read_jobs(db, ids).await,
+    }
+}
+
+/// Calls on record but not answered: (submitting, submitted).
+async fn open_calls(db: &TestDb, ids: &[JobId]) -> (usize, usize) {
+    let mut open = (0, 0);
+    for id in ids {
+        for a in db.store().attempts(*id).await.unwrap() {
+            match a.state {
+                AttemptState::Submitting => open.0 += 1,
+                AttemptState::Submitted => open.1 += 1,
+                AttemptState::Succeeded | AttemptState::Failed => {}
+            }
+        }
+    }
+    open
 }
 
 fn photo() -> Vec<u8> {
@@ -127,27 +160,11 @@ async fn sigkill_mid_flight_then_restart(db: TestDb) {
 
     // Kill the first node as soon as some jobs have finished and others have not.
     let mut first = serve(&db).await;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let mut done = 0;
-        for id in &ids {
-            if db
-                .store()
-                .job(*id)
-                .await
-                .unwrap()
-                .unwrap()
-                .status
-                .is_terminal()
-            {
-                done += 1;
-            }
-        }
-        if done >= 3 || Instant::now() > deadline {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    try_wait_until(Duration::from_secs(60), async || {
+        let jobs = read_jobs(&db, &ids).await;
+        (jobs.iter().filter(|j| j.status.is_terminal()).count() >= 3).then_some(())
+    })
+    .await;
     first.kill().expect("SIGKILL");
     first.wait().unwrap();
     let mut unfinished = 0;
@@ -168,17 +185,7 @@ async fn sigkill_mid_flight_then_restart(db: TestDb) {
 
     // A second node on the same database finishes the rest.
     let mut second = serve(&db).await;
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let jobs = loop {
-        let mut jobs = Vec::new();
-        for id in &ids {
-            jobs.push(db.store().job(*id).await.unwrap().unwrap());
-        }
-        if jobs.iter().all(|j| j.status.is_terminal()) || Instant::now() > deadline {
-            break jobs;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let jobs = jobs_when(&db, &ids, |j| j.status.is_terminal()).await;
     second.kill().ok();
     second.wait().ok();
 
@@ -276,18 +283,14 @@ async fn mock_provider(idempotency: bool, latency_ms: u64) -> MockProcess {
         base: format!("http://127.0.0.1:{port}"),
     };
     let http = reqwest::Client::new();
-    for _ in 0..200 {
-        if http
-            .get(format!("{}/_mock/stats", mock.base))
-            .send()
-            .await
-            .is_ok()
-        {
-            return mock;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("the mock provider did not come up");
+    let url = format!("{}/_mock/stats", mock.base);
+    wait_until(
+        "the mock provider comes up",
+        Duration::from_secs(10),
+        async || http.get(&url).send().await.ok().map(|_| ()),
+    )
+    .await;
+    mock
 }
 
 async fn sigkill_mid_call_with_provider_idempotency_pays_each_key_once(db: TestDb) {
@@ -358,23 +361,11 @@ async fn sigkill_mid_call(db: TestDb, idempotency: bool) {
 
     let mut first = serve_with(&db, Some(&config)).await;
     // Kill once the four hung requests are in flight, some accepted ones too.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let (mut submitting, mut submitted) = (0, 0);
-        for id in &ids {
-            for a in db.store().attempts(*id).await.unwrap() {
-                match a.state.as_str() {
-                    "submitting" => submitting += 1,
-                    "submitted" => submitted += 1,
-                    _ => {}
-                }
-            }
-        }
-        if (submitting >= 4 && submitted >= 1) || Instant::now() > deadline {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    try_wait_until(Duration::from_secs(60), async || {
+        let (submitting, submitted) = open_calls(&db, &ids).await;
+        (submitting >= 4 && submitted >= 1).then_some(())
+    })
+    .await;
     first.kill().expect("SIGKILL");
     first.wait().unwrap();
     let mut open_at_kill = 0;
@@ -394,19 +385,10 @@ async fn sigkill_mid_call(db: TestDb, idempotency: bool) {
     );
 
     let mut second = serve_with(&db, Some(&config)).await;
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let jobs = loop {
-        let mut jobs = Vec::new();
-        for id in &ids {
-            jobs.push(db.store().job(*id).await.unwrap().unwrap());
-        }
-        let settled =
-            |j: &tollgate::store::Job| j.status.is_terminal() || j.status == JobStatus::Parked;
-        if jobs.iter().all(settled) || Instant::now() > deadline {
-            break jobs;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let jobs = jobs_when(&db, &ids, |j| {
+        j.status.is_terminal() || j.status == JobStatus::Parked
+    })
+    .await;
     second.kill().ok();
     second.wait().ok();
 
@@ -555,52 +537,21 @@ async fn sigkill_between_the_commits(db: TestDb) {
         .unwrap();
     let (u, ids) = edits(&db, 12).await;
     let mut first = serve_with(&db, Some(&config)).await;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let (mut submitting, mut submitted) = (0, 0);
-        for id in &ids {
-            for a in db.store().attempts(*id).await.unwrap() {
-                match a.state {
-                    AttemptState::Submitting => submitting += 1,
-                    AttemptState::Submitted => submitted += 1,
-                    _ => {}
-                }
-            }
-        }
-        if (submitting >= 3 && submitted >= 3) || Instant::now() > deadline {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    try_wait_until(Duration::from_secs(60), async || {
+        let (submitting, submitted) = open_calls(&db, &ids).await;
+        (submitting >= 3 && submitted >= 3).then_some(())
+    })
+    .await;
     first.kill().expect("SIGKILL");
     first.wait().unwrap();
-    let mut at_kill = (0, 0);
-    for id in &ids {
-        for a in db.store().attempts(*id).await.unwrap() {
-            match a.state {
-                AttemptState::Submitting => at_kill.0 += 1,
-                AttemptState::Submitted => at_kill.1 += 1,
-                _ => {}
-            }
-        }
-    }
+    let at_kill = open_calls(&db, &ids).await;
     assert!(
         at_kill.0 >= 3 && at_kill.1 >= 3,
         "the kill missed its points: {at_kill:?}"
     );
 
     let mut second = serve_with(&db, Some(&config)).await;
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let jobs = loop {
-        let mut jobs = Vec::new();
-        for id in &ids {
-            jobs.push(db.store().job(*id).await.unwrap().unwrap());
-        }
-        if jobs.iter().all(|j| j.status.is_terminal()) || Instant::now() > deadline {
-            break jobs;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let jobs = jobs_when(&db, &ids, |j| j.status.is_terminal()).await;
     second.kill().ok();
     second.wait().ok();
 
@@ -688,8 +639,7 @@ async fn two_worker_nodes_share_the_work_on_postgres() {
     );
     let (mut a, _) = serve_as(&db, Some(&config), "worker").await;
     let (mut b, _) = serve_as(&db, Some(&config), "worker").await;
-    let deadline = Instant::now() + Duration::from_secs(180);
-    loop {
+    try_wait_until(Duration::from_secs(180), async || {
         let m = db.store().metrics_snapshot().await.unwrap();
         let done: i64 = m
             .jobs_by_status
@@ -697,11 +647,9 @@ async fn two_worker_nodes_share_the_work_on_postgres() {
             .filter(|(s, _)| s == "succeeded" || s == "failed")
             .map(|(_, n)| n)
             .sum();
-        if done == 300 || Instant::now() > deadline {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+        (done == 300).then_some(())
+    })
+    .await;
     for node in [&mut a, &mut b, &mut web] {
         node.kill().ok();
         node.wait().ok();

@@ -79,17 +79,11 @@ async fn serve(database_url: &str, dir: &std::path::Path, settings: &[(&str, &st
         base: format!("http://{addr}"),
         printed,
     };
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while Instant::now() < deadline {
-        if reqwest::get(format!("{}/healthz", server.base))
-            .await
-            .is_ok()
-        {
-            return server;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("tollgate serve did not come up");
+    assert!(
+        tollgate_testkit::serving(&server.base).await,
+        "tollgate serve did not come up"
+    );
+    server
 }
 
 /// A connection to `server` from `source` (any 127.0.0.0/8 address works

@@ -65,20 +65,11 @@ async fn serve(db: &TestDb) -> Server {
         .expect("starting tollgate serve");
     let base = format!("http://127.0.0.1:{port}");
     let server = Server { child, base };
-    let http = reqwest::Client::new();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while Instant::now() < deadline {
-        if http
-            .get(format!("{}/healthz", server.base))
-            .send()
-            .await
-            .is_ok()
-        {
-            return server;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("tollgate serve did not come up");
+    assert!(
+        tollgate_testkit::serving(&server.base).await,
+        "tollgate serve did not come up"
+    );
+    server
 }
 
 struct Person {

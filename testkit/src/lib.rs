@@ -13,6 +13,58 @@ use tollgate::Tollgate;
 
 pub const POSTGRES_URL_VAR: &str = "TOLLGATE_TEST_POSTGRES_URL";
 
+/// How often `wait_until` asks again.
+const POLL: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// The tests' one polling loop: asks `check` every 20 ms until it answers
+/// `Some`, and returns that; past `within`, fails the test naming `what`.
+/// A test waits for something the engine does in the background, never
+/// sleeps a guessed time.
+pub async fn wait_until<T>(
+    what: &str,
+    within: std::time::Duration,
+    check: impl AsyncFnMut() -> Option<T>,
+) -> T {
+    match try_wait_until(within, check).await {
+        Some(found) => found,
+        None => panic!("{what}: not within {within:?}"),
+    }
+}
+
+/// `wait_until` for a caller with something to clean up first: `None`
+/// past `within`.
+pub async fn try_wait_until<T>(
+    within: std::time::Duration,
+    mut check: impl AsyncFnMut() -> Option<T>,
+) -> Option<T> {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        if let Some(found) = check().await {
+            return Some(found);
+        }
+        if std::time::Instant::now() >= deadline {
+            return None;
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Whether a server at `base` answers `/healthz` within a minute (a
+/// `tollgate serve` a test started).
+pub async fn serving(base: &str) -> bool {
+    let http = reqwest::Client::new();
+    let within = std::time::Duration::from_secs(60);
+    try_wait_until(within, async || {
+        http.get(format!("{base}/healthz"))
+            .send()
+            .await
+            .ok()
+            .map(|_| ())
+    })
+    .await
+    .is_some()
+}
+
 /// A migrated, empty database and an engine over it. The SQLite file is
 /// removed when this is dropped.
 pub struct TestDb {
@@ -70,6 +122,21 @@ impl TestDb {
 
     pub fn store(&self) -> &Store {
         self.tollgate.store()
+    }
+
+    /// Waits (bounded by `within`) until job `id` is as `done` says, and
+    /// reads it.
+    pub async fn job_when(
+        &self,
+        id: tollgate::model::JobId,
+        within: std::time::Duration,
+        done: impl Fn(&tollgate::store::Job) -> bool,
+    ) -> tollgate::store::Job {
+        wait_until(&format!("job {id}"), within, async || {
+            let job = self.store().job(id).await.expect("reading a job")?;
+            done(&job).then_some(job)
+        })
+        .await
     }
 
     /// A job's timeline, checked on the way: every entry, whether a trigger
