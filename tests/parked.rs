@@ -1008,6 +1008,23 @@ mod http {
             .unwrap()
             .iter()
             .any(|r| r["id"] == one["id"]));
+        // The queue carries each record's decisions, as the record does.
+        let (status, active) = get("/v1/parked?limit=100".into(), admin.clone()).await;
+        assert_eq!(status, 200);
+        let rows = active["data"].as_array().unwrap();
+        for row in rows {
+            let id = row["id"].as_str().unwrap();
+            let (_, whole) = get(format!("/v1/parked/{id}"), admin.clone()).await;
+            assert_eq!(row["decisions"], whole["decisions"], "{id}");
+        }
+        let decided = rows
+            .iter()
+            .filter(|r| !r["decisions"].as_array().unwrap().is_empty())
+            .count();
+        assert!(
+            decided >= 2,
+            "records with a decision in the queue: {active}"
+        );
         assert_eq!(get("/v1/parked".into(), owner.clone()).await.0, 403);
         for bad in [
             "/v1/parked?stage=lost",

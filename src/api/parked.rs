@@ -256,12 +256,12 @@ async fn list_parked(
         limit: q.limit,
         sort: q.sort,
     })?;
-    let page = t.parked_list(&query).await?;
-    let mut data = Vec::with_capacity(page.items.len());
-    for r in &page.items {
-        let decisions = t.store().decisions(r.id).await?;
-        data.push(ParkedObject::new(r, &decisions, None));
-    }
+    let page = t.parked_queue(&query).await?;
+    let data = page
+        .items
+        .iter()
+        .map(|(r, decisions)| ParkedObject::new(r, decisions, None))
+        .collect();
     Ok(Json(ParkedPage {
         data,
         next_cursor: page.next,

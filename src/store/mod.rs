@@ -661,6 +661,11 @@ impl Store {
         dispatch!(self, s => s.decisions(parked).await)
     }
 
+    /// The decisions of each of `records`, oldest first per record.
+    pub async fn decisions_of(&self, records: &[ParkedId]) -> StoreResult<Vec<Decision>> {
+        dispatch!(self, s => s.decisions_of(records).await)
+    }
+
     /// Rule 12: records a decision and applies it, in one transaction.
     pub async fn decide(&self, decision: &NewDecision) -> StoreResult<Decided> {
         dispatch!(self, s => s.decide(decision).await)

@@ -341,6 +341,22 @@ impl Tollgate {
         })
     }
 
+    /// A page of the queue, each record with its decisions (oldest first),
+    /// read in one statement for the page.
+    pub async fn parked_queue(&self, q: &ParkedQuery) -> Result<Page<(Parked, Vec<Decision>)>> {
+        let page = self.parked_list(q).await?;
+        let ids: Vec<ParkedId> = page.items.iter().map(|p| p.id).collect();
+        let mut by_record: std::collections::HashMap<ParkedId, Vec<Decision>> =
+            std::collections::HashMap::new();
+        for d in self.store().decisions_of(&ids).await? {
+            by_record.entry(d.parked_id).or_default().push(d);
+        }
+        Ok(page.map(|p| {
+            let decisions = by_record.remove(&p.id).unwrap_or_default();
+            (p, decisions)
+        }))
+    }
+
     /// The decisions recorded on one parked record, oldest first.
     pub async fn decisions(&self, id: ParkedId) -> Result<Vec<Decision>> {
         Ok(self.store().decisions(id).await?)

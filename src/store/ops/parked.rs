@@ -145,6 +145,25 @@ impl Backend {
         rows.iter().map(decision_from_row).collect()
     }
 
+    /// The decisions of each of `records`, oldest first per record: one
+    /// statement for a page of the queue.
+    pub async fn decisions_of(&self, records: &[ParkedId]) -> StoreResult<Vec<Decision>> {
+        debug_assert!(records.len() <= 1000, "a page of records, not the table");
+        if records.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut q = sqlx::QueryBuilder::<Db>::new(format!(
+            "SELECT {DECISION_COLUMNS} FROM {DECISION_FROM} WHERE d.parked_id IN ("
+        ));
+        let mut ids = q.separated(", ");
+        for id in records {
+            ids.push_bind(id.0);
+        }
+        ids.push_unseparated(") ORDER BY d.parked_id, d.round");
+        let rows = q.build().fetch_all(&self.reader).await?;
+        rows.iter().map(decision_from_row).collect()
+    }
+
     /// Rule 12: records a reviewer's decision and applies it, in one
     /// transaction. The record's row is locked first, so racing reviewers
     /// are answered one at a time: the first decides, the same decision
