@@ -269,3 +269,38 @@ ensure_models() {
   fi
   say "warning: models/ does not match models/SHA256SUMS; the local checker will run without its detectors"
 }
+
+# The chaos run (testkit's tollgate-chaos, see README): builds it beside the
+# debug server binaries, then runs it with `$1` kills on each backend named
+# after it (sqlite, postgres); PostgreSQL and SeaweedFS must be started.
+# Further arguments after `--` go to tollgate-chaos (e.g. --seed).
+build_chaos() {
+  say "building tollgate-chaos ${1:-(debug)}"
+  (cd "$ROOT" && cargo build -p tollgate-testkit --bin tollgate-chaos ${1:-})
+}
+
+run_chaos() {
+  local bin="$1" kills="$2"
+  shift 2
+  local backends=() extra=()
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --) shift; extra=("$@"); break ;;
+      *) backends+=("$1"); shift ;;
+    esac
+  done
+  local as_pg=""
+  if [ "$(id -u)" = 0 ]; then as_pg="runuser -u postgres --"; fi
+  local b
+  for b in "${backends[@]}"; do
+    say "chaos on $b: $kills kills"
+    if [ "$b" = postgres ]; then
+      CHAOS_POSTGRES_URL="$TOLLGATE_TEST_POSTGRES_URL" \
+      CHAOS_PG_RESTART="$as_pg $PG_BIN/pg_ctl -D $PG_DIR/data -l $PG_DIR/server.log -m immediate -w -t 60 restart" \
+      CHAOS_S3_PIDS="$SW_PID" \
+        "$bin/tollgate-chaos" --backend postgres --kills "$kills" "${extra[@]}"
+    else
+      "$bin/tollgate-chaos" --backend "$b" --kills "$kills" "${extra[@]}"
+    fi
+  done
+}

@@ -306,9 +306,17 @@ async fn cancel_wins_over_a_running_worker(db: TestDb) {
     assert_eq!(balance, Credits(10_000), "the cancel refunded the job");
     assert_eq!(s.ledger_sum(u.id).await.unwrap(), balance);
     assert!(!db.tollgate.refund(ids[0]).await.unwrap(), "refunded once");
-    // The attempt may have been paid: its hold is booked at the estimate.
+    // The request was never answered: whether it was paid is unknown, so
+    // the cancel parked it and its hold waits for a reviewer (issue 31's
+    // chaos run found it left `submitting` with the hold booked, unseen).
     let d = s.budget_day(day, usd("50")).await.unwrap();
-    assert_eq!((d.used_usd, d.reserved_usd), (usd("0.04"), Usd::ZERO));
+    assert_eq!((d.used_usd, d.reserved_usd), (Usd::ZERO, usd("0.04")));
+    let record = s.parked_for_job(ids[0]).await.unwrap().expect("parked");
+    assert_eq!(
+        record.stage,
+        tollgate::model::ParkedStage::SubmissionUncertain
+    );
+    assert_eq!(record.hold_usd, Some(usd("0.04")));
 }
 
 async fn attempts_keep_null_costs_and_first_outcomes(db: TestDb) {

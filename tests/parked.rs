@@ -42,6 +42,7 @@ both_backends!(
     a_resumed_poll_that_finds_a_failure_parks_and_pays_for_nothing_new,
     an_owners_cancel_refunds_but_the_record_and_its_hold_wait_for_a_decision,
     a_cancel_during_an_approved_recovery_reopens_the_record,
+    a_cancel_while_the_call_is_unanswered_parks_it_for_a_reviewer,
     a_reconcile_onto_an_unknown_prediction_is_refused,
     a_resumed_poll_the_provider_answers_not_found_can_be_reconciled_again,
     the_owner_never_sees_who_decided,
@@ -1316,6 +1317,86 @@ async fn an_owners_cancel_refunds_but_the_record_and_its_hold_wait_for_a_decisio
             JobStatus::Cancelled
         );
     }
+}
+
+/// Found by the chaos run (issue 31): an owner cancels while the request to
+/// a provider that does not honour keys is unanswered. Whether it was paid
+/// is unknown and nothing will run the job again, so the cancel parks the
+/// attempt for a reviewer: the owner is refunded, the hold stays with the
+/// record, and the late end of the call changes none of it.
+async fn a_cancel_while_the_call_is_unanswered_parks_it_for_a_reviewer(db: TestDb) {
+    let m = MockServer::start(MockConfig {
+        idempotency: false,
+        lookup: false,
+        ..MockConfig::default()
+    })
+    .await;
+    let db = db.with_config(&mock_model(&m, "")).await;
+    let p = people(&db).await;
+    let t = &db.tollgate;
+    let today = Utc::now().date_naive();
+    m.script(json!({"next": ["hang"]})).await;
+    let engine = tollgate::engine::start(db.tollgate.clone(), 4);
+    let job = clip(&db, &p.owner, "in-flight").await;
+    tollgate_testkit::wait_until(
+        "the call is in flight",
+        Duration::from_secs(10),
+        async || {
+            let a = db.store().attempts(job).await.unwrap();
+            a.iter()
+                .any(|a| a.state == AttemptState::Submitting)
+                .then_some(())
+        },
+    )
+    .await;
+    let cancelled = t.cancel_job(&p.owner, job).await.unwrap();
+    assert_eq!(cancelled.status, JobStatus::Cancelled);
+    assert_eq!(
+        balance(&db, &p.owner).await,
+        Credits(100),
+        "refunded at once"
+    );
+    // The hung request runs into its timeout (2 s) after the cancel.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    engine.shutdown().await;
+    let record = db
+        .store()
+        .parked_for_job(job)
+        .await
+        .unwrap()
+        .expect("a record");
+    assert_eq!(
+        (record.stage, record.state, record.job_status),
+        (
+            ParkedStage::SubmissionUncertain,
+            ParkedState::Open,
+            JobStatus::Cancelled
+        )
+    );
+    assert_eq!(record.hold_usd, Some(usd("0.10")), "the hold stays");
+    assert_eq!(t.budget(today).await.unwrap().reserved_usd, usd("0.10"));
+    assert_eq!(
+        record.stage.allows_for(record.job_status),
+        [ReviewAction::Reconcile, ReviewAction::AcceptFailure]
+    );
+    assert_eq!(m.paid().await, 0, "nothing was sent again");
+    // The reviewer settles it: nothing was made, the hold is released.
+    t.decide(
+        &p.reviewer,
+        record.id,
+        &DecisionRequest {
+            refund: Some(true),
+            release_hold: Some(true),
+            ..decision("accept_failure")
+        },
+    )
+    .await
+    .unwrap();
+    let r = db.store().parked(record.id).await.unwrap().unwrap();
+    assert_eq!(r.state, ParkedState::Closed);
+    let day = t.budget(today).await.unwrap();
+    assert_eq!((day.used_usd, day.reserved_usd), (Usd::ZERO, Usd::ZERO));
+    assert_eq!(balance(&db, &p.owner).await, Credits(100), "refunded once");
 }
 
 /// A cancel after a recovery was approved (the job queued for it) ends that

@@ -266,7 +266,7 @@ async fn open_with(url: &str, storage: &str, config_file: Option<&std::path::Pat
 }
 
 /// `postgres://u@h:p/db?x` with its database replaced by `name`.
-fn replace_database(url: &str, name: &str) -> String {
+pub fn replace_database(url: &str, name: &str) -> String {
     let (base, query) = match url.split_once('?') {
         Some((b, q)) => (b, Some(q)),
         None => (url, None),

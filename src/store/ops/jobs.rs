@@ -214,11 +214,15 @@ impl Backend {
     }
 
     /// Rule 9: cancels only a job that is not terminal; in the same
-    /// transaction it is refunded (rule 3), its holds are settled (the
-    /// `jobs_ended` trigger) and its parked record closes (`jobs_parked_closed`). `None` when it was
-    /// already terminal.
+    /// transaction it is refunded (rule 3) and its holds are settled (the
+    /// `jobs_changed` trigger), but for parked work: a parked record stays
+    /// open with its holds for a reviewer, and a provider request found
+    /// unanswered is parked first (`park_in_flight_in`). `None` when it
+    /// was already terminal.
     pub async fn cancel_job(&self, id: JobId, at: DateTime<Utc>) -> StoreResult<Option<Job>> {
         let mut tx = self.writer.begin().await?;
+        // First, so the cancel below sees the record and keeps the hold.
+        let parked = super::within::park_in_flight_in(&mut tx, id, at).await?;
         let sql = format!(
             "UPDATE jobs SET status = 'cancelled', completed_at = $1, lease_owner = NULL, lease_expires_at = NULL \
              WHERE id = $2 AND status IN ('queued', 'running', 'parked') RETURNING {JOB_COLUMNS}"
@@ -231,12 +235,11 @@ impl Backend {
         else {
             return Ok(None);
         };
-        // Its parked record closes by the jobs_parked_closed trigger.
         super::within::refund_in(&mut tx, id, at).await?;
         let job = job_from_row(&row)?;
         let outbox = super::within::write_outbox(&mut tx, self.envelope, &job, at).await?;
         tx.commit().await?;
-        self.committed(Purpose::Other, 3 + outbox);
+        self.committed(Purpose::Other, 3 + parked + outbox);
         Ok(Some(job))
     }
 

@@ -304,3 +304,58 @@ pub(super) async fn event_in(
     .await?;
     Ok(())
 }
+
+/// A cancel that finds a provider request unanswered (its attempt
+/// `submitting`) cannot know whether the provider was paid, and nothing
+/// will run the job again to find out: the attempt is parked for a
+/// reviewer in the cancel's transaction, before the job ends, so its hold
+/// stays with the record (rule 12) as when parked work is cancelled. An
+/// accepted call (`submitted`) was paid, only its price is unknown: the
+/// cancel books its estimate, as for any unpriced paid call. Local checks
+/// cost nothing and are left alone. Returns the statements run.
+pub(super) async fn park_in_flight_in(
+    conn: &mut Conn,
+    job: JobId,
+    at: DateTime<Utc>,
+) -> StoreResult<u64> {
+    let row = sqlx::query(
+        "SELECT a.id, a.provider, a.model, a.idempotency_key \
+         FROM attempts a WHERE a.job_id = $1 AND a.state = 'submitting' AND a.provider <> 'local' \
+         AND NOT EXISTS (SELECT 1 FROM parked p WHERE p.job_id = a.job_id AND p.state <> 'closed') \
+         ORDER BY a.started_at DESC LIMIT 1",
+    )
+    .bind(job.0)
+    .fetch_optional(&mut *conn)
+    .await?;
+    let Some(r) = row else { return Ok(1) };
+    let stage = ParkedStage::SubmissionUncertain;
+    let reason =
+        "Cancelled while the request to the provider was unanswered; whether it was paid is unknown.";
+    let evidence = serde_json::json!({
+        "reason": reason,
+        "idempotency_key": r.try_get::<String, _>("idempotency_key")?,
+        "cancelled_in_flight": true,
+    });
+    sqlx::query(
+        "INSERT INTO parked (id, job_id, stage, evidence, provider, model, provider_job_id, \
+         attempt_id, polls, deliveries, created_at, updated_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, NULL, $7, 0, 0, $8, $8)",
+    )
+    .bind(uuid::Uuid::new_v4())
+    .bind(job.0)
+    .bind(stage.as_str())
+    .bind(Json(evidence))
+    .bind(r.try_get::<String, _>("provider")?)
+    .bind(r.try_get::<String, _>("model")?)
+    .bind(r.try_get::<uuid::Uuid, _>("id")?)
+    .bind(at)
+    .execute(&mut *conn)
+    .await?;
+    let parked = Happening::Parked {
+        stage,
+        reason: Some(reason.to_string()),
+        provider_job_id: None,
+    };
+    event_in(conn, job, &parked, at).await?;
+    Ok(3)
+}
