@@ -5,6 +5,7 @@
 //! database commits and statements by purpose.
 
 use crate::store::MetricsSnapshot;
+use crate::usecases::observe::Reading;
 use crate::Tollgate;
 use axum::extract::State;
 use axum::http::{header, StatusCode};
@@ -63,23 +64,22 @@ pub async fn metrics_internal(State(t): State<Tollgate>) -> Response {
 }
 
 async fn render(t: &Tollgate) -> Response {
-    let snapshot = match t.store().metrics_snapshot().await {
-        Ok(s) => s,
+    let reading = match t.reading().await {
+        Ok(r) => r,
         Err(e) => {
             tracing::warn!(error = %e, "metrics unavailable");
             return (StatusCode::SERVICE_UNAVAILABLE, "database unreachable\n").into_response();
         }
     };
-    let now = chrono::Utc::now();
     let mut registry = Registry::with_prefix("tollgate");
-    register_work(&mut registry, &snapshot);
-    register_holds(&mut registry, &snapshot);
-    register_parked(&mut registry, &snapshot, now);
-    register_review_queue(&mut registry, t, now).await;
-    register_webhooks(&mut registry, t, now).await;
-    register_breaker(&mut registry, t).await;
-    register_node(&mut registry, t);
-    register_retention(&mut registry, t);
+    register_work(&mut registry, &reading.work);
+    register_holds(&mut registry, &reading.work);
+    register_parked(&mut registry, &reading.work, reading.at);
+    register_review_queue(&mut registry, &reading);
+    register_webhooks(&mut registry, &reading);
+    register_breaker(&mut registry, &reading);
+    register_node(&mut registry, &reading);
+    register_retention(&mut registry, &reading);
 
     let mut body = String::new();
     if encode(&mut body, &registry).is_err() {
@@ -177,28 +177,24 @@ fn register_parked(registry: &mut Registry, snapshot: &MetricsSnapshot, now: Dat
 /// The reviewer queue: every record not closed by stage and state, the
 /// unresolved submissions, how long reviewers take, recoveries that had
 /// to be claimed again, and delivery retries that failed.
-async fn register_review_queue(registry: &mut Registry, t: &Tollgate, now: DateTime<Utc>) {
-    if let Ok(counts) = t.store().parked_counts().await {
+fn register_review_queue(registry: &mut Registry, reading: &Reading) {
+    if let Some(counts) = &reading.parked {
         let records = Family::<Labels, Gauge>::default();
-        let mut unresolved = 0;
-        for c in &counts {
+        for c in counts {
             records
                 .get_or_create(&vec![
                     ("stage".into(), c.stage.as_str().into()),
                     ("state".into(), c.state.as_str().into()),
                 ])
                 .set(c.count);
-            if c.stage == crate::model::ParkedStage::SubmissionUncertain
-                && c.state == crate::model::ParkedState::Open
-            {
-                unresolved += c.count;
-            }
         }
         registry.register(
             "parked_records",
             "Parked records not closed, by stage and state (open, decided, recovering)",
             records,
         );
+    }
+    if let Some(unresolved) = reading.unresolved_submissions() {
         let g: Gauge = Gauge::default();
         g.set(unresolved);
         registry.register(
@@ -207,15 +203,10 @@ async fn register_review_queue(registry: &mut Registry, t: &Tollgate, now: DateT
             g,
         );
     }
-    if let Ok(mut latencies) = t
-        .store()
-        .decision_latencies(now - chrono::Duration::days(1))
-        .await
-    {
-        latencies.sort_by(f64::total_cmp);
+    if let Some(latencies) = &reading.review_latencies {
         let latency = Family::<Labels, FloatGauge>::default();
         for (q, label) in [(0.5, "0.5"), (0.95, "0.95"), (1.0, "1")] {
-            if let Some(v) = quantile(&latencies, q) {
+            if let Some(v) = quantile(latencies, q) {
                 latency
                     .get_or_create(&vec![("quantile".into(), label.into())])
                     .set(v);
@@ -227,16 +218,16 @@ async fn register_review_queue(registry: &mut Registry, t: &Tollgate, now: DateT
             latency,
         );
     }
-    if let Ok((reclaimed, delivery_failed)) = t.store().recovery_stats().await {
+    if let Some(r) = &reading.recoveries {
         let g: Gauge = Gauge::default();
-        g.set(reclaimed);
+        g.set(r.reclaimed);
         registry.register(
             "recovery_claim_conflicts",
             "Recoveries claimed more than once (a run lost its lease and another took over)",
             g,
         );
         let g: Gauge = Gauge::default();
-        g.set(delivery_failed);
+        g.set(r.delivery_failed_again);
         registry.register(
             "delivery_failures_repeated",
             "Deliveries that failed again after a reviewer's retry_delivery",
@@ -247,8 +238,9 @@ async fn register_review_queue(registry: &mut Registry, t: &Tollgate, now: DateT
 
 /// Webhooks: the backlog by state, how long the oldest pending one has
 /// waited, and failing deliveries by the class of their last answer.
-async fn register_webhooks(registry: &mut Registry, t: &Tollgate, now: DateTime<Utc>) {
-    if let Ok(w) = t.store().webhook_stats().await {
+fn register_webhooks(registry: &mut Registry, reading: &Reading) {
+    let now = reading.at;
+    if let Some(w) = &reading.webhooks {
         let backlog = Family::<Labels, Gauge>::default();
         for s in crate::model::DeliveryState::ALL {
             let n = w
@@ -290,50 +282,48 @@ async fn register_webhooks(registry: &mut Registry, t: &Tollgate, now: DateTime<
 
 /// Today's breaker: cap, what it booked and holds, and whether it is
 /// past the warning share or halted.
-async fn register_breaker(registry: &mut Registry, t: &Tollgate) {
-    let today = chrono::Utc::now().date_naive();
-    if let Ok(report) = t.spend(today, today).await {
-        if let Some(d) = report.days.first() {
-            for (name, help, value) in [
-                (
-                    "budget_cap_microusd",
-                    "Today's spending cap, in millionths of a US dollar",
-                    micros(d.cap_usd),
-                ),
-                (
-                    "budget_used_microusd",
-                    "What today's breaker booked, in millionths of a US dollar",
-                    micros(d.used_usd),
-                ),
-                (
-                    "spend_warning",
-                    "1 when today's used and reserved spend is past the warning share of its cap",
-                    i64::from(d.warning),
-                ),
-                (
-                    "budget_halted",
-                    "1 when today is halted: no paid call is sent",
-                    i64::from(d.halted),
-                ),
-                (
-                    "unpriced_attempts_today",
-                    "Finished attempts today nobody could price",
-                    d.tally.unpriced,
-                ),
-            ] {
-                let g: Gauge = Gauge::default();
-                g.set(value);
-                registry.register(name, help, g);
-            }
-        }
+fn register_breaker(registry: &mut Registry, reading: &Reading) {
+    let Some(d) = &reading.today else {
+        return;
+    };
+    for (name, help, value) in [
+        (
+            "budget_cap_microusd",
+            "Today's spending cap, in millionths of a US dollar",
+            micros(d.cap_usd),
+        ),
+        (
+            "budget_used_microusd",
+            "What today's breaker booked, in millionths of a US dollar",
+            micros(d.used_usd),
+        ),
+        (
+            "spend_warning",
+            "1 when today's used and reserved spend is past the warning share of its cap",
+            i64::from(d.warning),
+        ),
+        (
+            "budget_halted",
+            "1 when today is halted: no paid call is sent",
+            i64::from(d.halted),
+        ),
+        (
+            "unpriced_attempts_today",
+            "Finished attempts today nobody could price",
+            d.tally.unpriced,
+        ),
+    ] {
+        let g: Gauge = Gauge::default();
+        g.set(value);
+        registry.register(name, help, g);
     }
 }
 
 /// This node's own counts: claim conflicts, and what the work costs the
 /// database.
-fn register_node(registry: &mut Registry, t: &Tollgate) {
+fn register_node(registry: &mut Registry, reading: &Reading) {
     let conflicts: Gauge = Gauge::default();
-    conflicts.set(t.claim_conflicts() as i64);
+    conflicts.set(i64::try_from(reading.claim_conflicts).unwrap_or(i64::MAX));
     registry.register(
         "claim_conflicts",
         "Runs on this node that found their claim taken (stale fencing token)",
@@ -344,7 +334,7 @@ fn register_node(registry: &mut Registry, t: &Tollgate) {
     // carried) by this node since it started, by purpose.
     let commits = Family::<Labels, Counter>::default();
     let statements = Family::<Labels, Counter>::default();
-    for (purpose, n, stmts) in t.store().counters() {
+    for &(purpose, n, stmts) in &reading.commits {
         let labels = vec![("purpose".into(), purpose.as_str().to_string())];
         commits.get_or_create(&labels).inc_by(n);
         statements.get_or_create(&labels).inc_by(stmts);
@@ -363,9 +353,9 @@ fn register_node(registry: &mut Registry, t: &Tollgate) {
 
 /// What retention purged on this node, by kind (outputs, uploads, events,
 /// evidence, deliveries).
-fn register_retention(registry: &mut Registry, t: &Tollgate) {
+fn register_retention(registry: &mut Registry, reading: &Reading) {
     let purged = Family::<Labels, Counter>::default();
-    for (kind, n) in t.purge_counters().snapshot() {
+    for (kind, n) in reading.purged {
         purged
             .get_or_create(&vec![("kind".into(), kind.to_string())])
             .inc_by(n);

@@ -145,16 +145,13 @@ pub struct ParkedObject {
 
 impl ParkedObject {
     fn new(p: &Parked, decisions: &[Decision], attempts: Option<Vec<AttemptObject>>) -> Self {
-        let key = p.evidence["attempt"]["idempotency_key"]
-            .as_str()
-            .or_else(|| p.evidence["idempotency_key"].as_str())
-            .map(str::to_string);
+        let key = p.evidence.idempotency_key().map(str::to_string);
         ParkedObject {
             id: p.id,
             job_id: p.job_id,
             stage: p.stage,
             state: p.state,
-            evidence: p.evidence.clone(),
+            evidence: p.evidence.to_json(),
             provider_job_id: p.provider_job_id.clone(),
             idempotency_key: key,
             provider: p.provider.clone(),

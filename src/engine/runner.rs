@@ -28,8 +28,9 @@
 use super::Run;
 use crate::config::models::{FallbackReason, ModelSpec, OnFailure, OnUncertain};
 use crate::model::{
-    AttemptEnd, AttemptId, AttemptState, CostSource, JobKind, JobRequest, ParkedState, Purpose,
-    ReviewAction, StoredOutput, Usd,
+    AttemptEnd, AttemptId, AttemptState, CostSource, FailureCode, JobFailure, JobKind, JobRequest,
+    ParkedEvidence, ParkedState, ProviderSaid, Purpose, ReviewAction, SentAttempt, StoredOutput,
+    Usd,
 };
 use crate::providers::{
     local, Cost, ErrorClass, Finished, Input, Lookup, Poll, Provider, ProviderError, Submission,
@@ -60,8 +61,8 @@ pub enum Generated {
     /// The output is stored at the job's key; the attempt that made it is
     /// recorded with the run's next commit.
     Stored(StoredOutput),
-    /// The job fails (and is refunded): `{"code", "message"}`.
-    Failed(Value),
+    /// The job fails (and is refunded).
+    Failed(JobFailure),
     /// A person must decide; the budget holds stay.
     Parked(NewParked),
     /// This node is shutting down: give the job back; an accepted attempt
@@ -105,8 +106,8 @@ fn internal(e: impl std::fmt::Display) -> StoreError {
     StoreError::Corrupt(e.to_string())
 }
 
-fn failure(code: &str, message: impl Into<String>) -> Generated {
-    Generated::Failed(json!({"code": code, "message": message.into()}))
+fn failure(code: FailureCode, message: impl Into<String>) -> Generated {
+    Generated::Failed(JobFailure::new(code, message))
 }
 
 /// What a run left that the next run must deal with first.
@@ -124,7 +125,7 @@ pub async fn generate(run: &mut Run<'_>) -> StoreResult<Generated> {
     let chain: Vec<ModelSpec> = run.t.models().chain(&first).into_iter().cloned().collect();
     if chain.is_empty() {
         return Ok(failure(
-            "MODEL_UNAVAILABLE",
+            FailureCode::ModelUnavailable,
             format!("The model {first:?} is no longer offered; your credits were refunded."),
         ));
     }
@@ -342,14 +343,19 @@ impl Runner<'_, '_> {
                     current.map(|s| json!({"provider": s.provider_name(), "endpoint": s.endpoint}));
                 Err(Box::new(NewParked {
                     stage,
-                    evidence: json!({
-                        "reason": format!(
+                    evidence: ParkedEvidence {
+                        attempt: Some(Box::new(SentAttempt {
+                            provider: a.provider.clone(),
+                            endpoint: a.endpoint.clone(),
+                            idempotency_key: a.idempotency_key.clone(),
+                            ..SentAttempt::default()
+                        })),
+                        ..ParkedEvidence::because(format!(
                             "The model {} that made attempt {} is no longer configured with the provider and endpoint it was sent to; it cannot be recovered under another model's policy.",
                             a.model, a.attempt_no
-                        ),
-                        "attempt": {"provider": a.provider, "endpoint": a.endpoint, "idempotency_key": a.idempotency_key},
-                        "configured_now": now,
-                    }),
+                        ))
+                    }
+                    .with("configured_now", now.unwrap_or(Value::Null)),
                     provider: Some(a.provider.clone()),
                     model: Some(a.model.clone()),
                     provider_job_id: a.provider_job_id.clone(),
@@ -405,7 +411,7 @@ impl Runner<'_, '_> {
         };
         if meta.written_by != self.written_by() {
             return Ok(Some(failure(
-                "OUTPUT_KEY_CONFLICT",
+                FailureCode::OutputKeyConflict,
                 "Another job's output is stored where this one's belongs.",
             )));
         }
@@ -463,7 +469,8 @@ impl Runner<'_, '_> {
                 ParkedStage::DeliveryExhausted,
                 spec,
                 a,
-                json!({"reason": "The output could not be fetched again.", "last_error": last}),
+                ParkedEvidence::because("The output could not be fetched again.")
+                    .with("last_error", last),
             )
         }))
     }
@@ -523,7 +530,10 @@ impl Runner<'_, '_> {
                 ParkedStage::DeliveryExhausted,
                 spec,
                 a,
-                json!({"reason": "The output exists at the provider but could not be stored.", "last_error": last}),
+                ParkedEvidence::because(
+                    "The output exists at the provider but could not be stored.",
+                )
+                .with("last_error", last),
             )
         }))
     }
@@ -570,7 +580,7 @@ impl Runner<'_, '_> {
             );
             self.run.defer(op);
         }
-        failure("INVALID_OUTPUT", told)
+        failure(FailureCode::InvalidOutput, told)
     }
 
     /// Issue 33, 2: an image edit's result that is plainly not an edit of
@@ -621,7 +631,8 @@ impl Runner<'_, '_> {
                         ParkedStage::DeliveryExhausted,
                         spec,
                         a,
-                        json!({"reason": "The output was fetched from the provider, but our object store would not keep it.", "last_error": why}),
+                        ParkedEvidence::because("The output was fetched from the provider, but our object store would not keep it.")
+                            .with("last_error", why),
                     )
                 }))
             }
@@ -631,7 +642,7 @@ impl Runner<'_, '_> {
         }
         Ok(match put {
             PutOutcome::Exists(m) if m.written_by != self.written_by() => failure(
-                "OUTPUT_KEY_CONFLICT",
+                FailureCode::OutputKeyConflict,
                 "Another job's output is stored where this one's belongs.",
             ),
             PutOutcome::Created | PutOutcome::Exists(_) => Generated::Stored(StoredOutput {
@@ -784,11 +795,9 @@ impl Runner<'_, '_> {
                 ParkedStage::SubmissionUncertain,
                 spec,
                 &a,
-                json!({
-                    "reason": "The request may have been accepted and no answer came; whether it was paid is unknown.",
-                    "idempotency_key": a.idempotency_key,
-                    "last_error": last,
-                }),
+                ParkedEvidence::because("The request may have been accepted and no answer came; whether it was paid is unknown.")
+                    .with("idempotency_key", a.idempotency_key.clone())
+                    .with("last_error", last),
             )),
             OnUncertain::Refund => Attempted::UncertainRefund(format!(
                 "The provider may have accepted the request but never answered ({last}); by this model's policy the job is refunded."
@@ -922,7 +931,7 @@ impl Runner<'_, '_> {
                     duration_ms,
                 );
                 self.run.defer(end(a.id, outcome));
-                Ok(Some(failure("SUBMISSION_UNCERTAIN", message)))
+                Ok(Some(failure(FailureCode::SubmissionUncertain, message)))
             }
             Attempted::Parked(p) => Ok(Some(Generated::Parked(p))),
             Attempted::Released => Ok(Some(Generated::Released)),
@@ -993,7 +1002,7 @@ impl Runner<'_, '_> {
         let last = previous.last();
         Generated::Parked(NewParked {
             stage,
-            evidence: json!({"reason": reason}),
+            evidence: ParkedEvidence::because(reason),
             provider: last.map(|a| a.provider.clone()),
             model: last.map(|a| a.model.clone()),
             provider_job_id: last.and_then(|a| a.provider_job_id.clone()),
@@ -1034,11 +1043,9 @@ impl Runner<'_, '_> {
             ParkedStage::GenerationFailed,
             spec,
             a,
-            json!({
-                "reason": "The resumed status checks found the generation ended without an output; a new paid attempt needs a reviewer's decision.",
-                "error_class": e.class.as_str(),
-                "last_error": e.message,
-            }),
+            ParkedEvidence::because("The resumed status checks found the generation ended without an output; a new paid attempt needs a reviewer's decision.")
+                .with("error_class", e.class.as_str())
+                .with("last_error", e.message.clone()),
         )))
     }
 
@@ -1120,7 +1127,7 @@ impl Runner<'_, '_> {
         self.run.attempt_floor = attempt_no;
         let Some(mut a) = self.begin(spec, attempt_no).await? else {
             return Ok(Tried::Settled(failure(
-                "SPENDING_PAUSED",
+                FailureCode::SpendingPaused,
                 "Spending is paused for today; your credits were refunded. Please try again later.",
             )));
         };
@@ -1241,7 +1248,7 @@ impl Runner<'_, '_> {
         Ok(match last {
             Some(e) => stop(&e),
             None => failure(
-                "GENERATION_FAILED",
+                FailureCode::GenerationFailed,
                 "No attempts were left to make; your credits were refunded.",
             ),
         })
@@ -1257,10 +1264,8 @@ fn checks_refused(spec: &ModelSpec, a: &Attempt, polls: i32, e: &ProviderError) 
             ParkedStage::PollingExhausted,
             spec,
             a,
-            json!({
-                "reason": "The provider refused our credentials while we checked an accepted prediction; it may still be billed.",
-                "last_error": e.message,
-            }),
+            ParkedEvidence::because("The provider refused our credentials while we checked an accepted prediction; it may still be billed.")
+                .with("last_error", e.message.clone()),
         )
     }
 }
@@ -1282,12 +1287,10 @@ fn unknown_to_provider(
             ParkedStage::SubmissionUncertain,
             spec,
             a,
-            json!({
-                "reason": format!("The provider does not know the job {id} that status checks resumed for; find the prediction made under our idempotency key and reconcile again."),
-                "unknown_provider_job_id": id,
-                "idempotency_key": a.idempotency_key,
-                "last_error": e.message,
-            }),
+            ParkedEvidence::because(format!("The provider does not know the job {id} that status checks resumed for; find the prediction made under our idempotency key and reconcile again."))
+                .with("unknown_provider_job_id", id)
+                .with("idempotency_key", a.idempotency_key.clone())
+                .with("last_error", e.message.clone()),
         )
     }
 }
@@ -1305,10 +1308,11 @@ fn polling_exhausted(
             ParkedStage::PollingExhausted,
             spec,
             a,
-            json!({
-                "reason": format!("No final status after {polls} status checks ({} s of polling allowed).", spec.poll_timeout.as_secs()),
-                "last_error": last_error,
-            }),
+            ParkedEvidence::because(format!(
+                "No final status after {polls} status checks ({} s of polling allowed).",
+                spec.poll_timeout.as_secs()
+            ))
+            .with("last_error", last_error),
         )
     }
 }
@@ -1337,10 +1341,8 @@ fn parked_by_policy(
             ParkedStage::GenerationFailed,
             spec,
             a,
-            json!({
-                "reason": "The provider reported the generation failed; by this model's policy a reviewer decides what happens next.",
-                "last_error": e.message,
-            }),
+            ParkedEvidence::because("The provider reported the generation failed; by this model's policy a reviewer decides what happens next.")
+                .with("last_error", e.message.clone()),
         )
     })
 }
@@ -1353,47 +1355,57 @@ fn duration_ms(a: &Attempt) -> i64 {
 fn stop(e: &ProviderError) -> Generated {
     let (code, message) = match e.class {
         ErrorClass::Auth => (
-            "PROVIDER_AUTH",
+            FailureCode::ProviderAuth,
             "The provider refused Tollgate's credentials; an admin must fix the configuration.",
         ),
         ErrorClass::InvalidInput => (
-            "PROVIDER_REJECTED_INPUT",
+            FailureCode::ProviderRejectedInput,
             "The provider could not use this request.",
         ),
         ErrorClass::Cancelled => (
-            "PROVIDER_CANCELLED",
+            FailureCode::ProviderCancelled,
             "The provider cancelled the generation.",
         ),
         ErrorClass::Refused => (
-            "CONTENT_REFUSED",
+            FailureCode::ContentRefused,
             "The provider refused this request under its content policy.",
         ),
         ErrorClass::Unavailable => (
-            "PROVIDER_UNAVAILABLE",
+            FailureCode::ProviderUnavailable,
             "The provider is unavailable; please try again later.",
         ),
-        _ => ("GENERATION_FAILED", "The generation did not succeed."),
+        _ => (
+            FailureCode::GenerationFailed,
+            "The generation did not succeed.",
+        ),
     };
-    Generated::Failed(json!({
-        "code": code,
-        "message": format!("{message} Your credits were refunded."),
-        "details": {"error_class": e.class.as_str(), "provider_message": e.message},
-    }))
+    let said = ProviderSaid {
+        error_class: e.class,
+        provider_message: e.message.clone(),
+    };
+    Generated::Failed(
+        JobFailure::new(code, format!("{message} Your credits were refunded.")).with_details(said),
+    )
 }
 
 /// A park of attempt `a`: the evidence says why, and always what was sent,
 /// when, under which key, and how long it has been.
-fn parked(stage: ParkedStage, spec: &ModelSpec, a: &Attempt, mut evidence: Value) -> NewParked {
-    evidence["attempt"] = json!({
-        "attempt_no": a.attempt_no,
-        "model": spec.id,
-        "provider": spec.provider_name(),
-        "endpoint": spec.endpoint,
-        "sent_at": a.started_at,
-        "idempotency_key": a.idempotency_key,
-        "provider_job_id": a.provider_job_id,
-    });
-    evidence["waited_s"] = json!(since(a.started_at).as_secs());
+fn parked(
+    stage: ParkedStage,
+    spec: &ModelSpec,
+    a: &Attempt,
+    mut evidence: ParkedEvidence,
+) -> NewParked {
+    evidence.attempt = Some(Box::new(SentAttempt {
+        attempt_no: Some(a.attempt_no),
+        model: Some(spec.id.clone()),
+        provider: spec.provider_name().into(),
+        endpoint: spec.endpoint.clone(),
+        sent_at: Some(a.started_at),
+        idempotency_key: a.idempotency_key.clone(),
+        provider_job_id: a.provider_job_id.clone(),
+    }));
+    evidence.waited_s = Some(since(a.started_at).as_secs());
     NewParked {
         stage,
         evidence,
@@ -1414,7 +1426,7 @@ fn internal_park(spec: &ModelSpec, a: &Attempt) -> Generated {
         ParkedStage::PollingExhausted,
         spec,
         a,
-        json!({"reason": "The resumed status checks ended without a final answer."}),
+        ParkedEvidence::because("The resumed status checks ended without a final answer."),
     ))
 }
 
@@ -1429,7 +1441,7 @@ fn backoff(spec: &ModelSpec) -> impl Iterator<Item = Duration> {
 }
 
 /// Tests of the pure parts; the runner's behaviour is tested against the
-/// mock provider in `tests/providers.rs` on both backends.
+/// mock provider in `tests/it/providers.rs` on both backends.
 #[cfg(test)]
 mod tests {
     use super::*;

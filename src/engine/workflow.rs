@@ -12,18 +12,18 @@ use crate::model::{
     direction, Comparison, GeneratedNote, Happening, ImageEdit, JobId, JobRequest, LineageEffect,
     Readiness, Review, Step, StepDone, TargetKind, Verdict,
 };
-use crate::model::{AttemptEnd, AttemptId, Purpose};
+use crate::model::{AttemptEnd, AttemptId, FailureCode, JobFailure, Purpose};
 use crate::providers::{checker, local};
 use crate::store::{
     Applied, Attempt, Finish, Hold, NewAttempt, NewParked, Op, StoreError, StoreResult,
 };
 use chrono::Utc;
-use serde_json::{json, Value};
+use serde_json::json;
 
 /// What comes after a step.
 enum Next {
     Continue,
-    Fail(Value),
+    Fail(JobFailure),
     Park(NewParked),
     Release,
 }
@@ -126,9 +126,10 @@ async fn readiness(run: &mut Run<'_>) -> StoreResult<Next> {
         return Ok(Next::Continue);
     };
     let Some(photo) = run.asset_bytes(Some(edit.source)).await? else {
-        return Ok(Next::Fail(
-            json!({"code": "SOURCE_MISSING", "message": "The uploaded photo could not be read."}),
-        ));
+        return Ok(Next::Fail(JobFailure::new(
+            FailureCode::SourceMissing,
+            "The uploaded photo could not be read.",
+        )));
     };
     let mask = run.asset_bytes(edit.target.mask).await?;
     run.keep_for_send(edit.source, &photo);
@@ -152,11 +153,11 @@ async fn readiness(run: &mut Run<'_>) -> StoreResult<Next> {
             record_readiness(run, fraction, ready.observation);
             Next::Continue
         }
-        Ok(Err(not_ready)) => Next::Fail(json!({
-            "code": "NOT_READY", "message": not_ready.message,
-            "questions": not_ready.questions.into_iter().take(3).collect::<Vec<_>>(),
-        })),
-        Err(e) => Next::Fail(json!({"code": "NOT_READY", "message": e})),
+        Ok(Err(not_ready)) => Next::Fail(JobFailure::not_ready(
+            not_ready.message,
+            not_ready.questions,
+        )),
+        Err(e) => Next::Fail(JobFailure::new(FailureCode::NotReady, e)),
     })
 }
 
@@ -389,8 +390,10 @@ async fn checked_readiness(
     .await?;
     let answer = match asked {
         Asked::Refused => {
-            return Ok(Next::Fail(json!({"code": "SPENDING_PAUSED",
-                "message": "Spending is paused for today, so the photo could not be checked; your credits were refunded. Please try again later."})))
+            return Ok(Next::Fail(JobFailure::new(
+                FailureCode::SpendingPaused,
+                "Spending is paused for today, so the photo could not be checked; your credits were refunded. Please try again later.",
+            )))
         }
         Asked::Answered(a) => a.and_then(|out| checker::readiness(&out)),
     };
@@ -413,11 +416,11 @@ async fn checked_readiness(
             record_readiness(run, fraction, a.observation);
             Next::Continue
         }
-        Ok(a) => Next::Fail(
-            json!({"code": "NOT_READY", "message": a.observation, "questions": a.questions}),
-        ),
-        Err(e) => Next::Fail(json!({"code": "CHECK_UNAVAILABLE",
-            "message": format!("The photo could not be checked before paying, so nothing was sent; your credits were refunded. ({e})")})),
+        Ok(a) => Next::Fail(JobFailure::not_ready(a.observation, a.questions)),
+        Err(e) => Next::Fail(JobFailure::new(
+            FailureCode::CheckUnavailable,
+            format!("The photo could not be checked before paying, so nothing was sent; your credits were refunded. ({e})"),
+        )),
     })
 }
 

@@ -13,8 +13,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::{
-    AttemptState, Comparison, ErrorClass, JobId, JobStatus, ParkedStage, Purpose, Readiness,
-    Review, ReviewAction, Usd,
+    AttemptState, Comparison, ErrorClass, FailureCode, JobId, JobStatus, ParkedStage, Purpose,
+    Readiness, Review, ReviewAction, Usd,
 };
 
 /// One entry of a job's timeline, as its kind and detail are stored.
@@ -78,12 +78,13 @@ pub enum Happening {
     /// The job ended failed, with its error's code (a trigger).
     Failed {
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        code: Option<String>,
+        code: Option<FailureCode>,
     },
-    /// The job was cancelled (a trigger).
+    /// The job was cancelled (a trigger; a cancel writes no error, so its
+    /// code is none).
     Cancelled {
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        code: Option<String>,
+        code: Option<FailureCode>,
     },
     /// The job's credits came back.
     Refunded {},

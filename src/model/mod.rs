@@ -7,6 +7,8 @@ mod catalogue;
 mod credits;
 mod email;
 mod event;
+mod evidence;
+mod failure;
 mod ids;
 mod job;
 mod ledger;
@@ -30,6 +32,8 @@ pub use catalogue::{
 pub use credits::{Credits, CreditsError, GRANT_MAX};
 pub use email::{Email, EmailError};
 pub use event::{in_order_of_happening, DecisionNote, GeneratedNote, Happening, StepDone};
+pub use evidence::{ParkedEvidence, SentAttempt};
+pub use failure::{FailureCode, JobFailure, ProviderSaid, QUESTIONS_MAX};
 pub use ids::{
     ApiTokenId, AssetId, AttemptId, DecisionId, DeliveryId, JobId, LedgerEntryId, ParkedId, UserId,
     WebhookEndpointId,

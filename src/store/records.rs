@@ -104,7 +104,7 @@ pub struct Job {
     pub idempotency_key: Option<String>,
     pub credits: Credits,
     pub estimated_usd: Usd,
-    pub error: Option<serde_json::Value>,
+    pub error: Option<crate::model::JobFailure>,
     pub created_at: DateTime<Utc>,
     pub completed_at: Option<DateTime<Utc>>,
     /// Set when the output is stored.
@@ -379,8 +379,8 @@ pub enum Finish {
         /// A repair's effect on its lineage, from its comparison.
         lineage: Option<crate::model::LineageEffect>,
     },
-    /// `{"code", "message", ...}`: the job fails and is refunded (rule 3).
-    Failed(serde_json::Value),
+    /// The job fails and is refunded (rule 3).
+    Failed(crate::model::JobFailure),
 }
 
 /// One step of a run's durable write. Every op names the run's fencing
@@ -555,7 +555,7 @@ pub struct MetricsSnapshot {
 #[derive(Clone, Debug)]
 pub struct NewParked {
     pub stage: ParkedStage,
-    pub evidence: serde_json::Value,
+    pub evidence: crate::model::ParkedEvidence,
     pub provider: Option<String>,
     pub model: Option<String>,
     pub provider_job_id: Option<String>,
@@ -575,7 +575,7 @@ pub struct Parked {
     /// Which decision round the record is in: each round has at most one
     /// decision; a failed recovery or a reconcile starts the next.
     pub round: i32,
-    pub evidence: serde_json::Value,
+    pub evidence: crate::model::ParkedEvidence,
     pub provider: Option<String>,
     pub model: Option<String>,
     pub provider_job_id: Option<String>,
@@ -688,7 +688,7 @@ pub enum Remedy {
     /// record's evidence in its next stage says what the provider told.
     Reconcile {
         provider_job_id: String,
-        evidence: serde_json::Value,
+        evidence: crate::model::ParkedEvidence,
     },
     /// Status checks resume until `deadline`.
     ResumePoll { deadline: DateTime<Utc> },
@@ -699,13 +699,13 @@ pub enum Remedy {
     AcceptFailure {
         refund: bool,
         release_hold: bool,
-        failure: serde_json::Value,
+        failure: crate::model::JobFailure,
     },
     /// The job ends with `failure` and `new_job` (a copy of its request and
     /// price, charged as the original is refunded) takes its place.
     NewAttempt {
         new_job: JobId,
-        failure: serde_json::Value,
+        failure: crate::model::JobFailure,
     },
 }
 
@@ -758,7 +758,7 @@ impl Remedy {
     }
 
     /// The error the job ends with, for the two actions that end it.
-    pub fn failure(&self) -> Option<&serde_json::Value> {
+    pub fn failure(&self) -> Option<&crate::model::JobFailure> {
         match self {
             Remedy::AcceptFailure { failure, .. } | Remedy::NewAttempt { failure, .. } => {
                 Some(failure)

@@ -8,7 +8,8 @@ use crate::model::{
     LineageState, Quote, Role, UserId,
 };
 use crate::store::{
-    Attempt, Job, JobCursor, JobEvent, JobFilter, NewJob, Seek, StoreError, Submitted, User,
+    Attempt, Decision, Job, JobCursor, JobEvent, JobFilter, NewJob, Parked, Seek, StoreError,
+    Submitted, User,
 };
 use crate::usecases::cursor::{self, Page};
 use crate::usecases::error::{Error, Result};
@@ -100,6 +101,36 @@ pub struct JobView {
     pub attempts: Vec<Attempt>,
     /// `None` for a video.
     pub lineage: Option<LineageState>,
+}
+
+/// A job as its page shows it: the view the API answers with, the
+/// timeline as the viewer may read it, and its newest parked record with
+/// that record's latest decision.
+#[derive(Clone, Debug)]
+pub struct JobDetail {
+    pub view: JobView,
+    pub events: Vec<JobEvent>,
+    pub parked: Option<(Parked, Option<Decision>)>,
+}
+
+/// The timeline in order. Reviewers and admins read all of it; the job's
+/// owner reads that a decision was made and what it was, not the
+/// reviewers' names, notes or evidence (internal to the studio).
+fn timeline_for(viewer: &User, events: Vec<JobEvent>) -> Vec<JobEvent> {
+    let events = crate::model::in_order_of_happening(events, |e| &e.happening);
+    if viewer.role.allows(Role::Reviewer) {
+        return events;
+    }
+    events
+        .into_iter()
+        .filter(|e| !matches!(e.happening, Happening::Note { .. }))
+        .map(|mut e| {
+            if let Happening::Decision(d) = &mut e.happening {
+                *d = d.for_owner();
+            }
+            e
+        })
+        .collect()
 }
 
 /// Checks an `Idempotency-Key`: 1 to 255 printable ASCII characters.
@@ -454,26 +485,34 @@ impl Tollgate {
         Ok(self.store().attempts(id).await?)
     }
 
-    /// The timeline. Reviewers and admins read all of it; the job's owner
-    /// reads that a decision was made and what it was, not the reviewers'
-    /// names, notes or evidence (internal to the studio).
+    /// The timeline, as `viewer` may read it (see `timeline_for`).
     pub async fn job_events(&self, viewer: &User, id: JobId) -> Result<Vec<JobEvent>> {
         self.visible_job(viewer, id).await?;
-        let events = self.store().job_events(id).await?;
-        let events = crate::model::in_order_of_happening(events, |e| &e.happening);
-        if viewer.role.allows(Role::Reviewer) {
-            return Ok(events);
-        }
-        Ok(events
-            .into_iter()
-            .filter(|e| !matches!(e.happening, Happening::Note { .. }))
-            .map(|mut e| {
-                if let Happening::Decision(d) = &mut e.happening {
-                    *d = d.for_owner();
-                }
-                e
-            })
-            .collect())
+        Ok(timeline_for(viewer, self.store().job_events(id).await?))
+    }
+
+    /// Everything a job's page shows, for someone who may see the job: its
+    /// view is the one `GET /v1/jobs/{id}` answers with.
+    pub async fn job_detail(&self, viewer: &User, id: JobId) -> Result<JobDetail> {
+        let job = self.visible_job(viewer, id).await?;
+        let (view, events, records) = tokio::try_join!(
+            self.view_of(job),
+            async { Ok(self.store().job_events(id).await?) },
+            self.parked_of_job(id),
+        )?;
+        // The newest record: waiting, being recovered, or what was decided.
+        let parked = match records.into_iter().next() {
+            Some(p) => {
+                let decision = self.store().decisions(p.id).await?.pop();
+                Some((p, decision))
+            }
+            None => None,
+        };
+        Ok(JobDetail {
+            view,
+            events: timeline_for(viewer, events),
+            parked,
+        })
     }
 
     /// Frees keys older than the retention window; run by the sweeper.

@@ -5,7 +5,8 @@
 //! (`ledger`), the day's budget and spend (`budget`, `spend`), parked work
 //! and its decisions (`parked`), repairs and lineage (`repairs`), webhooks
 //! (`webhooks`: endpoints, the dispatcher, signing), accounts and sign-in
-//! (`accounts`, `auth`), retention, and the fair-use limits (`limits`).
+//! (`accounts`, `auth`), retention, the fair-use limits (`limits`), and
+//! what operators watch (`observe`, read for `/metrics`).
 //! `error` is this layer's one error type, which the API maps to its
 //! answer in one place.
 
@@ -18,6 +19,7 @@ pub mod error;
 pub mod jobs;
 pub mod ledger;
 pub mod limits;
+pub mod observe;
 pub mod parked;
 pub mod repairs;
 pub mod retention;

@@ -5,7 +5,8 @@
 //! reviewer is always the caller, never a field of the request.
 
 use crate::model::{
-    DecisionId, JobId, JobStatus, ParkedId, ParkedStage, ParkedState, ReviewAction, Role, Usd,
+    DecisionId, FailureCode, JobFailure, JobId, JobStatus, ParkedEvidence, ParkedId, ParkedStage,
+    ParkedState, ReviewAction, Role, Usd,
 };
 use crate::providers::{ErrorClass, Poll};
 use crate::store::{
@@ -115,6 +116,21 @@ pub struct BulkPreview {
     pub day_room_usd: Usd,
     /// How many of them, in order, today's room holds as new attempts.
     pub new_attempts_fit: usize,
+}
+
+/// The reviewer's desk: a page of the queue with each record's decisions,
+/// the counts by stage and state, what a bulk decision on the filter would
+/// cover, and the submissions nobody has answered. One read model: the
+/// page and `GET /v1/parked` take the queue's page from `parked_queue`.
+#[derive(Clone, Debug)]
+pub struct ReviewDesk {
+    pub queue: Page<(Parked, Vec<Decision>)>,
+    pub counts: Vec<ParkedCount>,
+    pub bulk: BulkPreview,
+    /// Open `submission_uncertain` records, oldest first.
+    pub unresolved: Vec<Parked>,
+    /// Models that have open records (for the model filter), sorted.
+    pub models: Vec<String>,
 }
 
 /// What a day can still reserve: its cap less what is used and held, and
@@ -357,6 +373,36 @@ impl Tollgate {
         }))
     }
 
+    /// Everything the review page shows, for one filter (see `ReviewDesk`).
+    pub async fn review_desk(&self, q: &ParkedQuery) -> Result<ReviewDesk> {
+        let uncertain = ParkedQuery {
+            stage: Some(ParkedStage::SubmissionUncertain),
+            ..Default::default()
+        };
+        let every = ParkedQuery::default();
+        let (queue, counts, bulk, unresolved, open) = tokio::try_join!(
+            self.parked_queue(q),
+            self.parked_counts(),
+            self.bulk_preview(q),
+            self.parked_matching(&uncertain),
+            self.parked_matching(&every),
+        )?;
+        let mut models: Vec<String> = (queue.items.iter().map(|(p, _)| p))
+            .chain(&open)
+            .filter_map(|r| r.model.clone())
+            .chain(q.model.clone())
+            .collect();
+        models.sort();
+        models.dedup();
+        Ok(ReviewDesk {
+            queue,
+            counts,
+            bulk,
+            unresolved,
+            models,
+        })
+    }
+
     /// The decisions recorded on one parked record, oldest first.
     pub async fn decisions(&self, id: ParkedId) -> Result<Vec<Decision>> {
         Ok(self.store().decisions(id).await?)
@@ -438,10 +484,10 @@ impl Tollgate {
             ReviewAction::AcceptFailure => accept_failure(req, record)?,
             ReviewAction::NewAttempt => Remedy::NewAttempt {
                 new_job: JobId::new(),
-                failure: serde_json::json!({
-                    "code": "REPLACED_BY_NEW_ATTEMPT",
-                    "message": "A reviewer ordered a new attempt in its place; this job's credits moved to the new one.",
-                }),
+                failure: JobFailure::new(
+                    FailureCode::ReplacedByNewAttempt,
+                    "A reviewer ordered a new attempt in its place; this job's credits moved to the new one.",
+                ),
             },
         })
     }
@@ -594,22 +640,16 @@ impl Tollgate {
 /// The record's story in its new stage after a reconcile; what came before
 /// stays on the timeline. It names what was found and what the provider
 /// said of it, never who found it (owners read the reason).
-fn reconciled_evidence(before: &serde_json::Value, id: &str, seen: &str) -> serde_json::Value {
-    let mut evidence = before.clone();
-    if let Some(o) = evidence.as_object_mut() {
-        o.insert(
-            "before_reconcile".into(),
-            o.get("reason").cloned().unwrap_or_default(),
-        );
-        o.insert(
-            "reason".into(),
-            serde_json::json!(format!(
-                "A reviewer found the provider's job {id} for this request ({seen}); status checks may resume."
-            )),
-        );
-        o.insert("reconcile_check".into(), serde_json::json!(seen));
+fn reconciled_evidence(before: &ParkedEvidence, id: &str, seen: &str) -> ParkedEvidence {
+    let found = format!(
+        "A reviewer found the provider's job {id} for this request ({seen}); status checks may resume."
+    );
+    ParkedEvidence {
+        reason: found,
+        ..before.clone()
     }
-    evidence
+    .with("before_reconcile", before.reason.clone())
+    .with("reconcile_check", seen)
 }
 
 /// What an exposure is in words: "$0.10 may have been spent".
@@ -672,7 +712,7 @@ fn accept_failure(req: &DecisionRequest, record: &Parked) -> Result<Remedy> {
     Ok(Remedy::AcceptFailure {
         refund,
         release_hold,
-        failure: serde_json::json!({"code": "FAILED_AFTER_REVIEW", "message": message}),
+        failure: JobFailure::new(FailureCode::FailedAfterReview, message),
     })
 }
 

@@ -87,6 +87,24 @@ pub struct SpendDay {
     pub tally: Tally,
 }
 
+impl SpendDay {
+    /// What the day has booked or holds: used plus reserved.
+    pub fn booked(&self) -> Usd {
+        self.used_usd.plus(self.reserved_usd)
+    }
+
+    /// What the cap still allows (nothing once it is reached).
+    pub fn remaining(&self) -> Usd {
+        let left = self.cap_usd.decimal() - self.booked().decimal();
+        Usd::new(left.max(rust_decimal::Decimal::ZERO))
+    }
+
+    /// Booked as a whole percentage of the cap (0 when there is no cap).
+    pub fn percent(&self) -> u32 {
+        self.booked().percent_of(self.cap_usd)
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct SpendModel {
     pub provider: String,

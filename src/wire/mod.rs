@@ -6,9 +6,9 @@
 //! builds an API object itself).
 
 use crate::model::{
-    AssetId, AttemptState, CompareOutcome, CostSource, Credits, Email, ErrorClass, JobId, JobKind,
-    JobRequest, JobStatus, LedgerEntryId, LedgerKind, LineageState, Purpose, Review, Role, Usd,
-    UserId, WebhookEvent,
+    AssetId, AttemptState, CompareOutcome, CostSource, Credits, Email, ErrorClass, JobFailure,
+    JobId, JobKind, JobRequest, JobStatus, LedgerEntryId, LedgerKind, LineageState, Purpose,
+    Review, Role, Usd, UserId, WebhookEvent,
 };
 use crate::store::{Asset, Attempt, BudgetDay, Job, JobEvent, LedgerEntry, User};
 use chrono::{DateTime, Utc};
@@ -183,37 +183,6 @@ pub struct OutputRef {
     pub content_type: String,
 }
 
-/// Why a job failed: a stable code, words for a person, and (when the photo
-/// was not ready) up to three questions.
-#[derive(Serialize, ToSchema)]
-pub struct JobError {
-    #[schema(example = "NOT_READY")]
-    pub code: String,
-    pub message: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub questions: Option<Vec<String>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub details: Option<Value>,
-}
-
-impl From<&Value> for JobError {
-    fn from(v: &Value) -> Self {
-        JobError {
-            code: v["code"]
-                .as_str()
-                .unwrap_or("GENERATION_FAILED")
-                .to_string(),
-            message: v["message"].as_str().unwrap_or_default().to_string(),
-            questions: v["questions"].as_array().map(|q| {
-                q.iter()
-                    .filter_map(|x| x.as_str().map(str::to_string))
-                    .collect()
-            }),
-            details: v.get("details").cloned(),
-        }
-    }
-}
-
 /// An edit's place among its versions (rule 14).
 #[derive(Serialize, ToSchema)]
 pub struct Lineage {
@@ -291,7 +260,7 @@ pub struct JobObject {
     /// The request in its canonical form (what the idempotency key is bound to).
     pub request: JobRequest,
     pub output: Option<OutputRef>,
-    pub error: Option<JobError>,
+    pub error: Option<JobFailure>,
     pub review: Option<Review>,
     /// Image edits only.
     pub lineage: Option<Lineage>,
@@ -326,7 +295,7 @@ impl JobObject {
                 }),
                 _ => None,
             },
-            error: job.error.as_ref().map(JobError::from),
+            error: job.error.clone(),
             review: job.review.clone(),
             lineage,
             cost: CostSummary::from(attempts),

@@ -6,6 +6,9 @@
 //! user may create databases); `scripts/test` starts one and sets it. Each
 //! test gets its own database, so tests never share rows.
 
+pub mod api;
+
+pub use api::Api;
 use std::path::PathBuf;
 use tollgate::config::Config;
 use tollgate::store::{Backend, Store};

@@ -66,8 +66,9 @@ pub(super) mod ssr {
         t: &Tollgate,
         viewer: &User,
         job: &Job,
+        state: Option<LineageState>,
     ) -> Result<Option<LineageView>, tollgate::Error> {
-        let Some(state) = t.lineage_state(job).await? else {
+        let Some(state) = state else {
             return Ok(None);
         };
         let versions = t.lineage_versions(&state).await?;
@@ -179,7 +180,10 @@ pub(super) mod ssr {
                 (format!("Sent to the model{again}."), "plain")
             }
             Happening::Succeeded {} => ("Finished.".into(), "ok"),
-            Happening::Failed { code } => (failure_words(code.as_deref()), "bad"),
+            Happening::Failed { code } => (
+                code.map_or("Stopped: it did not work.", |c| c.words()).into(),
+                "bad",
+            ),
             Happening::Cancelled { .. } => ("Cancelled.".into(), "plain"),
             Happening::Refunded {} => ("Refunded: your credits are back.".into(), "ok"),
             Happening::Waived { .. } => (
@@ -239,31 +243,6 @@ pub(super) mod ssr {
                     "warn",
                 ),
             },
-        }
-    }
-
-    /// Why a job stopped, from its error code.
-    fn failure_words(code: Option<&str>) -> String {
-        match code {
-            Some("NOT_READY") => {
-                "Stopped before anything was paid for: the photo needs an answer from you first."
-                    .to_string()
-            }
-            Some("REPLACED_BY_NEW_ATTEMPT") => {
-                "Closed: a new attempt took its place, so this one stops here.".to_string()
-            }
-            Some("INVALID_OUTPUT") => {
-                "Stopped: the model's result was not usable, so it was not delivered; your credits are back."
-                    .to_string()
-            }
-            Some("SPENDING_PAUSED") => {
-                "Stopped: spending is paused today, so nothing was sent.".to_string()
-            }
-            None | Some("") => "Stopped: it did not work.".to_string(),
-            Some(code) => format!(
-                "Stopped: it did not work ({}).",
-                code.to_lowercase().replace('_', " ")
-            ),
         }
     }
 

@@ -367,11 +367,9 @@ impl JobRow {
 #[cfg(feature = "ssr")]
 fn job_row(j: tollgate::store::Job) -> JobRow {
     let succeeded = j.status == tollgate::model::JobStatus::Succeeded;
-    // The stored error read once, as the API reads it.
-    let error = j.error.as_ref().map(tollgate::wire::JobError::from);
+    let error = j.error.clone();
     JobRow {
-        questions: error
-            .as_ref()
+        questions: (error.as_ref())
             .and_then(|e| e.questions.clone())
             .unwrap_or_default(),
         output_url: (succeeded && j.output_content_type.is_some())
@@ -397,7 +395,7 @@ fn job_row(j: tollgate::store::Job) -> JobRow {
         // A failure stored without words still says which it was.
         error: error.map(|e| {
             if e.message.is_empty() {
-                e.code
+                e.code.as_str().to_string()
             } else {
                 e.message
             }
@@ -454,24 +452,22 @@ pub async fn load_job_detail(id: String) -> Result<JobDetail, ServerFnError> {
         .parse()
         .map_err(|_| fail(tollgate::Error::NotFound("edit")))?;
     let t = engine()?;
-    let job = t.visible_job(&p.user, id).await.map_err(fail)?;
-    let events = t.job_events(&p.user, id).await.map_err(fail)?;
-    let attempts = t.job_attempts(&p.user, id).await.map_err(fail)?;
-    let lineage = edit::ssr::lineage_view(&t, &p.user, &job)
+    let tollgate::usecases::jobs::JobDetail {
+        view,
+        events,
+        parked,
+    } = t.job_detail(&p.user, id).await.map_err(fail)?;
+    let job = view.job;
+    let lineage = edit::ssr::lineage_view(&t, &p.user, &job, view.lineage)
         .await
         .map_err(fail)?;
     let story = edit::ssr::story(&events);
     let detailed = p.user.role.allows(Role::Reviewer);
-    // The newest record: waiting, being recovered, or what was decided.
-    let record = t.parked_of_job(id).await.map_err(fail)?.into_iter().next();
-    let parked = match record {
+    let parked = match parked {
         // A replaced job's page says so once, with the link (`Replacement`).
         _ if job.replaced_by.is_some() => None,
         None => None,
-        Some(p) => {
-            let decision = t.decisions(p.id).await.map_err(fail)?.pop();
-            parked::parked_row(p, decision, job.status, detailed)
-        }
+        Some((p, decision)) => parked::parked_row(p, decision, job.status, detailed),
     };
     let kept = kept_words(
         t.config().retention.media_days,
@@ -482,8 +478,7 @@ pub async fn load_job_detail(id: String) -> Result<JobDetail, ServerFnError> {
         lineage,
         story,
         parked,
-        attempts: attempts
-            .into_iter()
+        attempts: (view.attempts.into_iter())
             .map(|a| attempt_row(a, detailed))
             .collect(),
         job: job_row(job),

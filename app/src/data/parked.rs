@@ -83,10 +83,7 @@ mod ssr {
     fn facts(p: &Parked) -> ParkedFacts {
         ParkedFacts {
             stage: p.stage.label().to_string(),
-            evidence: p.evidence["reason"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string(),
+            evidence: p.evidence.reason.clone(),
             hold_usd: p.hold_usd.map(|h| h.to_string()),
             provider_job_id: p.provider_job_id.clone(),
             since: p.created_at.format("%Y-%m-%d %H:%M:%S UTC").to_string(),

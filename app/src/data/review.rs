@@ -98,6 +98,9 @@ pub struct QueueRow {
     pub exposure: String,
     pub hold: Option<String>,
     pub reason: String,
+    /// For a decided or recovering record: what the latest decision was,
+    /// and whose.
+    pub decided: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -269,11 +272,11 @@ pub(crate) fn decision_row(d: &tollgate::store::Decision) -> DecisionRow {
 #[cfg(feature = "ssr")]
 mod queue {
     use super::super::ssr::when;
-    use super::{age_words, QueueRow, StageCount};
+    use super::{age_words, BulkCosts, QueueRow, ReviewQueue, StageCount};
     use chrono::{DateTime, Utc};
     use tollgate::model::{ParkedStage, ParkedState};
-    use tollgate::store::{Parked, ParkedCount};
-    use tollgate::usecases::parked::exposure_words;
+    use tollgate::store::{Decision, Parked, ParkedCount};
+    use tollgate::usecases::parked::{exposure_words, ReviewDesk};
 
     /// Open and recovering records per stage, and the oldest one's age.
     pub fn stage_counts(counts: &[ParkedCount], now: DateTime<Utc>) -> Vec<StageCount> {
@@ -302,7 +305,33 @@ mod queue {
             .collect()
     }
 
-    pub fn row(r: &Parked, now: DateTime<Utc>) -> QueueRow {
+    /// The page's data from the engine's one view of the desk.
+    pub fn of(desk: ReviewDesk, now: DateTime<Utc>) -> ReviewQueue {
+        let matching = &desk.bulk.records;
+        let preview = &desk.bulk;
+        ReviewQueue {
+            counts: stage_counts(&desk.counts, now),
+            matching_open: matching.len() as i64,
+            bulk_actions: bulk_actions(matching),
+            bulk: BulkCosts {
+                records: (matching.iter())
+                    .map(|r| (r.id.to_string()[..8].to_string(), r.exposure_usd.dollars()))
+                    .collect(),
+                exposure_total: preview.exposure_total.dollars(),
+                new_attempts_total: preview.new_attempts_usd.dollars(),
+                day_room: preview.day_room_usd.dollars(),
+                new_attempts_fit: preview.new_attempts_fit,
+            },
+            unresolved: desk.unresolved.len() as i64,
+            unresolved_last_hour: (desk.unresolved.iter())
+                .filter(|r| now - r.created_at < chrono::Duration::hours(1))
+                .count() as i64,
+            models: desk.models,
+            page: super::super::paged(desk.queue, |(r, decisions)| row(&r, &decisions, now)),
+        }
+    }
+
+    pub fn row(r: &Parked, decisions: &[Decision], now: DateTime<Utc>) -> QueueRow {
         QueueRow {
             id: r.id.to_string(),
             job_id: r.job_id.to_string(),
@@ -315,10 +344,12 @@ mod queue {
             parked_at: when(r.created_at),
             exposure: exposure_words(r.exposure_usd),
             hold: r.hold_usd.map(|h| h.dollars()),
-            reason: r.evidence["reason"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string(),
+            reason: r.evidence.reason.clone(),
+            // The record's latest decision, when its state says it has one.
+            decided: decisions
+                .last()
+                .filter(|_| r.state != tollgate::model::ParkedState::Open)
+                .map(|d| format!("{} ({})", d.action.label(), d.reviewer_email.as_str())),
         }
     }
 
@@ -337,19 +368,6 @@ mod queue {
             .map(|a| (a.as_str().to_string(), a.label().to_string()))
             .collect()
     }
-
-    /// Models with records waiting (and the one filtered on), for the filter.
-    pub fn models(records: &[Parked], waiting: &[Parked], chosen: Option<&str>) -> Vec<String> {
-        let mut models: Vec<String> = records
-            .iter()
-            .chain(waiting)
-            .filter_map(|r| r.model.clone())
-            .chain(chosen.map(str::to_string))
-            .collect();
-        models.sort();
-        models.dedup();
-        models
-    }
 }
 
 #[server]
@@ -357,50 +375,12 @@ pub async fn load_review_queue(filters: ReviewFilters) -> Result<ReviewQueue, Se
     use super::ssr::*;
     use tollgate::usecases::parked::ParkedQuery;
     require(Role::Reviewer).await?;
-    let t = engine()?;
     let query = ParkedQuery {
         counted: true,
         ..filters.parked_query(50).map_err(fail)?
     };
-    let page = t.parked_list(&query).await.map_err(fail)?;
-    let page_models: Vec<_> = page.items.clone();
-    let counts = t.parked_counts().await.map_err(fail)?;
-    let preview = t.bulk_preview(&query).await.map_err(fail)?;
-    let matching = &preview.records;
-    let now = chrono::Utc::now();
-    let unresolved: Vec<_> = t
-        .parked_matching(&ParkedQuery {
-            stage: Some(tollgate::model::ParkedStage::SubmissionUncertain),
-            ..Default::default()
-        })
-        .await
-        .map_err(fail)?;
-    let waiting = t
-        .parked_matching(&ParkedQuery::default())
-        .await
-        .map_err(fail)?;
-    Ok(ReviewQueue {
-        counts: queue::stage_counts(&counts, now),
-        page: super::paged(page, |r| queue::row(&r, now)),
-        matching_open: matching.len() as i64,
-        bulk_actions: queue::bulk_actions(matching),
-        bulk: BulkCosts {
-            records: matching
-                .iter()
-                .map(|r| (r.id.to_string()[..8].to_string(), r.exposure_usd.dollars()))
-                .collect(),
-            exposure_total: preview.exposure_total.dollars(),
-            new_attempts_total: preview.new_attempts_usd.dollars(),
-            day_room: preview.day_room_usd.dollars(),
-            new_attempts_fit: preview.new_attempts_fit,
-        },
-        models: queue::models(&page_models, &waiting, query.model.as_deref()),
-        unresolved: unresolved.len() as i64,
-        unresolved_last_hour: unresolved
-            .iter()
-            .filter(|r| now - r.created_at < chrono::Duration::hours(1))
-            .count() as i64,
-    })
+    let desk = engine()?.review_desk(&query).await.map_err(fail)?;
+    Ok(queue::of(desk, chrono::Utc::now()))
 }
 
 /// The record page's parts.
@@ -409,6 +389,7 @@ mod record {
     use super::super::ssr::when;
     use super::ReviewAttemptRow;
     use serde_json::Value;
+    use tollgate::model::ParkedEvidence;
     use tollgate::store::Attempt;
 
     /// A JSON value as text, none for null.
@@ -422,25 +403,24 @@ mod record {
 
     /// The evidence a reviewer reads first, labelled; the raw JSON is
     /// shown apart.
-    pub fn evidence(e: &Value) -> Vec<(String, String)> {
-        let mut evidence: Vec<(String, String)> = [
-            ("Sent at", &e["attempt"]["sent_at"]),
-            ("Idempotency key", &e["attempt"]["idempotency_key"]),
-            ("Provider", &e["attempt"]["provider"]),
-            ("Endpoint", &e["attempt"]["endpoint"]),
-            ("Model", &e["attempt"]["model"]),
-            ("Attempt", &e["attempt"]["attempt_no"]),
-            ("Waited (s)", &e["waited_s"]),
+    /// The labelled parts of the evidence, those it has.
+    pub fn evidence(e: &ParkedEvidence) -> Vec<(String, String)> {
+        let a = e.attempt.as_ref();
+        [
+            ("Sent at", a.and_then(|a| a.sent_at).map(when)),
+            ("Idempotency key", e.idempotency_key().map(str::to_string)),
+            ("Provider", a.map(|a| a.provider.clone())),
+            ("Endpoint", a.and_then(|a| a.endpoint.clone())),
+            ("Model", a.and_then(|a| a.model.clone())),
+            (
+                "Attempt",
+                a.and_then(|a| a.attempt_no).map(|n| n.to_string()),
+            ),
+            ("Waited (s)", e.waited_s.map(|s| s.to_string())),
         ]
         .into_iter()
-        .filter_map(|(label, value)| text(value).map(|v| (label.to_string(), v)))
-        .collect();
-        if evidence.is_empty() {
-            if let Some(k) = text(&e["idempotency_key"]) {
-                evidence.push(("Idempotency key".into(), k));
-            }
-        }
-        evidence
+        .filter_map(|(label, value)| value.map(|v| (label.to_string(), v)))
+        .collect()
     }
 
     pub fn attempt_row(a: &Attempt) -> ReviewAttemptRow {
@@ -493,10 +473,10 @@ pub async fn load_review_record(id: String) -> Result<ReviewRecord, ServerFnErro
         known: r.stage.known().to_string(),
         state: r.state,
         round: r.round,
-        reason: text(&e["reason"]).unwrap_or_default(),
+        reason: e.reason.clone(),
         last_error: text(&e["last_error"]),
         evidence: record::evidence(e),
-        evidence_json: serde_json::to_string_pretty(e).unwrap_or_default(),
+        evidence_json: serde_json::to_string_pretty(&e.to_json()).unwrap_or_default(),
         provider_job_id: r.provider_job_id.clone(),
         fingerprint: r.request_sha256.clone(),
         observed: when(r.updated_at),

@@ -321,19 +321,13 @@ mod convert {
     }
 
     pub fn day_row(d: &SpendDay, emails: &HashMap<UserId, String>) -> DayRow {
-        let booked = d.used_usd.plus(d.reserved_usd);
-        let remaining = if booked >= d.cap_usd {
-            Usd::ZERO
-        } else {
-            Usd::new(d.cap_usd.decimal() - booked.decimal())
-        };
         DayRow {
             day: d.day.to_string(),
             cap: d.cap_usd.dollars(),
             used: d.used_usd.dollars(),
             reserved: d.reserved_usd.dollars(),
-            remaining: remaining.dollars(),
-            percent: booked.percent_of(d.cap_usd),
+            remaining: d.remaining().dollars(),
+            percent: d.percent(),
             halted: d.halted,
             halted_reason: d.halted_reason.clone(),
             halted_by: d.halted_by.and_then(|u| emails.get(&u).cloned()),

@@ -48,7 +48,7 @@ fn recorded(detail: &serde_json::Value) -> String {
 #[cfg(feature = "ssr")]
 mod ssr {
     use tollgate::model::{
-        AttemptState, CompareOutcome, Happening, Purpose, StepDone, Usd, Verdict,
+        AttemptState, CompareOutcome, FailureCode, Happening, Purpose, StepDone, Usd, Verdict,
     };
 
     /// What an entry means, for the studio's staff.
@@ -137,9 +137,8 @@ mod ssr {
         }
     }
 
-    fn code_words(code: &Option<String>) -> String {
-        code.as_deref()
-            .map(|c| format!(" ({})", c.to_lowercase().replace('_', " ")))
+    fn code_words(code: &Option<FailureCode>) -> String {
+        code.map(|c| format!(" ({})", c.as_str().to_lowercase().replace('_', " ")))
             .unwrap_or_default()
     }
 

@@ -215,7 +215,10 @@ fn QueueTable(rows: Vec<QueueRow>) -> impl IntoView {
                     <td data-label="Waiting" class="nowrap" title=r.parked_at.clone()>{r.age.clone()}</td>
                     <td data-label="Exposure">{r.exposure.clone()}</td>
                     <td data-label="Held" class="nowrap">{r.hold.clone().unwrap_or_else(|| "nothing".into())}</td>
-                    <td data-label="State">{state_badge(r.state)}</td>
+                    <td data-label="State">
+                        {state_badge(r.state)}
+                        {r.decided.clone().map(|d| view! { <div class="small muted" data-testid="queue-decided">{d}</div> })}
+                    </td>
                     <td class="actions"><a class="btn btn-small" href=href>"Open"</a></td>
                 </tr>
             }

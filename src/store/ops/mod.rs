@@ -176,7 +176,7 @@ fn job_from_row(row: &Row) -> StoreResult<Job> {
     let request: Json<JobRequest> = row.try_get("request")?;
     let review: Option<Json<Review>> = row.try_get("review")?;
     let progress: Option<Json<Progress>> = row.try_get("progress")?;
-    let error: Option<Json<serde_json::Value>> = row.try_get("error")?;
+    let error: Option<Json<crate::model::JobFailure>> = row.try_get("error")?;
     Ok(Job {
         id: JobId(row.try_get("id")?),
         user_id: UserId(row.try_get("user_id")?),
@@ -258,7 +258,7 @@ fn parked_from_row(r: &Row) -> StoreResult<Parked> {
     let stage: String = r.try_get("stage")?;
     let state: String = r.try_get("state")?;
     let status: String = r.try_get("job_status")?;
-    let evidence: Json<serde_json::Value> = r.try_get("evidence")?;
+    let evidence: Json<crate::model::ParkedEvidence> = r.try_get("evidence")?;
     let attempt: Option<uuid::Uuid> = r.try_get("attempt_id")?;
     Ok(Parked {
         id: ParkedId(r.try_get("id")?),

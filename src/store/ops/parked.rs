@@ -408,7 +408,7 @@ async fn reconcile_in(
     d: &NewDecision,
     attempt: Option<uuid::Uuid>,
     id: &str,
-    evidence: &serde_json::Value,
+    evidence: &crate::model::ParkedEvidence,
 ) -> StoreResult<AppliedDecision> {
     let moved = sqlx::query(
         "UPDATE attempts SET state = 'submitted', provider_job_id = $2 \
@@ -430,7 +430,7 @@ async fn reconcile_in(
     .bind(d.parked_id.0)
     .bind(id)
     .bind(d.decided_at)
-    .bind(Json(scrub::json(evidence)))
+    .bind(Json(scrub::json(&evidence.to_json())))
     .execute(&mut *conn)
     .await?;
     Ok(Ok(2))
@@ -538,7 +538,7 @@ async fn end_in(
     );
     let ended = sqlx::query(&sql)
         .bind(job.0)
-        .bind(Json(d.remedy.failure().cloned().unwrap_or_default()))
+        .bind(d.remedy.failure().map(|f| Json(f.scrubbed())))
         .bind(d.decided_at)
         .bind(new_job.map(|n| n.0))
         .fetch_optional(&mut *conn)

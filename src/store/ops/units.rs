@@ -870,7 +870,7 @@ async fn fail_job_in(
     conn: &mut Conn,
     job: JobId,
     token: i64,
-    error: &serde_json::Value,
+    error: &crate::model::JobFailure,
     progress: Option<Json<&Progress>>,
     statements: &mut u64,
 ) -> StoreResult<Option<Row>> {
@@ -882,7 +882,7 @@ async fn fail_job_in(
     let Some(row) = sqlx::query(&sql)
         .bind(job.0)
         .bind(token)
-        .bind(Json(scrub::json(error)))
+        .bind(Json(error.scrubbed()))
         .bind(Utc::now())
         .bind(progress)
         .fetch_optional(&mut *conn)
@@ -973,7 +973,7 @@ async fn park_record_in(
     )
     .bind(job.0)
     .bind(p.stage.as_str())
-    .bind(Json(scrub::json(&p.evidence)))
+    .bind(Json(scrub::json(&p.evidence.to_json())))
     .bind(&p.provider)
     .bind(&p.model)
     .bind(&p.provider_job_id)
@@ -1010,7 +1010,7 @@ async fn park_record_in(
         .bind(uuid::Uuid::new_v4())
         .bind(job.0)
         .bind(p.stage.as_str())
-        .bind(Json(scrub::json(&p.evidence)))
+        .bind(Json(scrub::json(&p.evidence.to_json())))
         .bind(&p.provider)
         .bind(&p.model)
         .bind(&p.provider_job_id)
@@ -1056,5 +1056,5 @@ async fn insert_events(conn: &mut Conn, events: &[Event]) -> StoreResult<u64> {
 
 /// The parked evidence's reason in words, for the timeline.
 fn parked_reason(p: &NewParked) -> Option<String> {
-    p.evidence["reason"].as_str().map(str::to_string)
+    Some(p.evidence.reason.clone()).filter(|r| !r.is_empty())
 }

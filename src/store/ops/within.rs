@@ -331,11 +331,12 @@ pub(super) async fn park_in_flight_in(
     let stage = ParkedStage::SubmissionUncertain;
     let reason =
         "Cancelled while the request to the provider was unanswered; whether it was paid is unknown.";
-    let evidence = serde_json::json!({
-        "reason": reason,
-        "idempotency_key": r.try_get::<String, _>("idempotency_key")?,
-        "cancelled_in_flight": true,
-    });
+    let evidence = crate::model::ParkedEvidence::because(reason)
+        .with(
+            "idempotency_key",
+            r.try_get::<String, _>("idempotency_key")?,
+        )
+        .with("cancelled_in_flight", true);
     sqlx::query(
         "INSERT INTO parked (id, job_id, stage, evidence, provider, model, provider_job_id, \
          attempt_id, polls, deliveries, created_at, updated_at) \
@@ -344,7 +345,7 @@ pub(super) async fn park_in_flight_in(
     .bind(uuid::Uuid::new_v4())
     .bind(job.0)
     .bind(stage.as_str())
-    .bind(Json(evidence))
+    .bind(Json(evidence.to_json()))
     .bind(r.try_get::<String, _>("provider")?)
     .bind(r.try_get::<String, _>("model")?)
     .bind(r.try_get::<uuid::Uuid, _>("id")?)

@@ -14,8 +14,8 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Barrier;
 use tollgate::model::{
-    AttemptId, AttemptState, Credits, JobId, JobStatus, ParkedStage, ParkedState,
-    Purpose as AttemptPurpose, RecoveryState, ReviewAction, Role, Usd,
+    AttemptId, AttemptState, Credits, FailureCode, JobFailure, JobId, JobStatus, ParkedEvidence,
+    ParkedStage, ParkedState, Purpose as AttemptPurpose, RecoveryState, ReviewAction, Role, Usd,
 };
 use tollgate::providers::mock::MockConfig;
 use tollgate::store::{
@@ -144,7 +144,8 @@ async fn parked_job_holding(
     }
     ops.push(Op::Park(NewParked {
         stage,
-        evidence: json!({"reason": "a test parks it", "idempotency_key": format!("{}:1", job.id)}),
+        evidence: ParkedEvidence::because("a test parks it")
+            .with("idempotency_key", format!("{}:1", job.id)),
         provider: Some("http".into()),
         model: Some("local-clip".into()),
         provider_job_id,
@@ -379,9 +380,10 @@ async fn review_then_racing_claims_make_one_owner_and_only_the_owner_finishes(db
     let finish = |c: &Claim| Unit {
         job,
         token: c.token,
-        ops: vec![Op::Finish(Finish::Failed(
-            json!({"code": "X", "message": "x"}),
-        ))],
+        ops: vec![Op::Finish(Finish::Failed(JobFailure::new(
+            FailureCode::GenerationFailed,
+            "x",
+        )))],
     };
     assert!(matches!(
         db.store().apply_one(finish(&first)).await.unwrap(),
@@ -444,7 +446,7 @@ async fn a_new_generation_is_not_a_recovery_action(db: TestDb) {
     let original = db.store().job(job).await.unwrap().unwrap();
     assert_eq!(original.status, JobStatus::Failed);
     assert_eq!(
-        original.error.clone().unwrap()["code"],
+        original.error.clone().unwrap().code.as_str(),
         "REPLACED_BY_NEW_ATTEMPT"
     );
     // An API client holding the old id follows it to the new job (the
@@ -544,7 +546,7 @@ async fn accept_failure_records_its_accounting(db: TestDb) {
         .unwrap();
     let j = db.store().job(job).await.unwrap().unwrap();
     assert_eq!(j.status, JobStatus::Failed);
-    assert_eq!(j.error.unwrap()["code"], "FAILED_AFTER_REVIEW");
+    assert_eq!(j.error.unwrap().code.as_str(), "FAILED_AFTER_REVIEW");
     assert_eq!(balance(&db, &p.owner).await, before, "refunded");
     let a = db.store().attempts(job).await.unwrap().remove(0);
     assert_eq!(a.state, AttemptState::Failed);
@@ -746,7 +748,7 @@ async fn a_reported_failure_parks_where_the_model_says_so(db: TestDb) {
         [ReviewAction::AcceptFailure, ReviewAction::NewAttempt]
     );
     assert!(record.evidence["last_error"].is_string());
-    assert_eq!(record.evidence["attempt"]["attempt_no"], 1);
+    assert_eq!(record.evidence.attempt.unwrap().attempt_no, Some(1));
 }
 
 /// The role is checked by the engine too, and a decision needs evidence.
@@ -1637,10 +1639,7 @@ async fn a_store_that_will_not_keep_the_output_parks_it_for_delivery(db: TestDb)
     assert_eq!(record.stage, ParkedStage::DeliveryExhausted);
     assert_eq!(record.deliveries, 4, "bounded");
     assert!(
-        record.evidence["reason"]
-            .as_str()
-            .unwrap()
-            .contains("object store"),
+        record.evidence.reason.contains("object store"),
         "{}",
         record.evidence
     );
@@ -1943,7 +1942,7 @@ async fn parked_on(
     }
     ops.push(Op::Park(NewParked {
         stage,
-        evidence: json!({"reason": "a test parks it"}),
+        evidence: ParkedEvidence::because("a test parks it"),
         provider: Some("http".into()),
         model: Some(model.into()),
         provider_job_id: Some(prediction.into()),
@@ -2010,7 +2009,9 @@ async fn evidence_is_sanitised_where_it_is_written(db: TestDb) {
         },
         Op::Park(NewParked {
             stage: ParkedStage::DeliveryExhausted,
-            evidence: json!({"reason": "storing failed", "last_error": leaky, "nested": [signed]}),
+            evidence: ParkedEvidence::because("storing failed")
+                .with("last_error", leaky.clone())
+                .with("nested", json!([signed])),
             provider: Some("http".into()),
             model: Some("local-clip".into()),
             provider_job_id: Some("pred_s".into()),

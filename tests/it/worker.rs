@@ -212,8 +212,8 @@ async fn not_ready_fails_with_questions_and_refunds(db: TestDb) {
     engine.shutdown().await;
     assert_eq!(job.status, JobStatus::Failed);
     let error = job.error.unwrap();
-    assert_eq!(error["code"], "NOT_READY");
-    let questions = error["questions"].as_array().unwrap();
+    assert_eq!(error.code.as_str(), "NOT_READY");
+    let questions = error.questions.as_ref().unwrap();
     assert!(!questions.is_empty() && questions.len() <= 3);
     // The expensive model was never called, and the job was refunded.
     assert!(db.store().attempts(id).await.unwrap().is_empty());
@@ -244,7 +244,7 @@ async fn a_halted_day_pauses_spending_and_refunds(db: TestDb) {
     let job = settled(&db, id).await;
     engine.shutdown().await;
     assert_eq!(job.status, JobStatus::Failed);
-    assert_eq!(job.error.unwrap()["code"], "SPENDING_PAUSED");
+    assert_eq!(job.error.unwrap().code.as_str(), "SPENDING_PAUSED");
     assert!(db.store().attempts(id).await.unwrap().is_empty());
     assert_eq!(db.tollgate.user(u.id).await.unwrap().balance, Credits(10));
 }

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Barrier;
 use tollgate::model::{
-    AttemptEnd, AttemptId, AttemptState, CostSource, Credits, Happening, JobId, JobStatus,
-    Progress, Purpose as AttemptPurpose, Readiness, Role, Usd,
+    AttemptEnd, AttemptId, AttemptState, CostSource, Credits, FailureCode, Happening, JobFailure,
+    JobId, JobStatus, ParkedEvidence, Progress, Purpose as AttemptPurpose, Readiness, Role, Usd,
 };
 use tollgate::store::{
     Applied, AttemptOutcome, BudgetChange, BudgetChangeKind, Claim, Finish, Hold, NewAttempt,
@@ -178,10 +178,10 @@ async fn leases_run_on_the_database_clock_and_a_stale_token_cannot_write(db: Tes
             attempt: a.id,
             outcome: outcome(AttemptEnd::Succeeded, None),
         },
-        Op::Finish(Finish::Failed(json!({"code": "X"}))),
+        Op::Finish(Finish::Failed(failed("x"))),
         Op::Park(NewParked {
             stage: ParkedStage::SubmissionUncertain,
-            evidence: json!({"reason": "test"}),
+            evidence: ParkedEvidence::because("test"),
             provider: None,
             model: None,
             provider_job_id: None,
@@ -223,7 +223,7 @@ async fn leases_run_on_the_database_clock_and_a_stale_token_cannot_write(db: Tes
     assert!(stale(
         &apply(
             s,
-            unit(&second, vec![Op::Finish(Finish::Failed(json!({})))])
+            unit(&second, vec![Op::Finish(Finish::Failed(failed("")))])
         )
         .await
     ));
@@ -497,10 +497,7 @@ async fn the_breaker_holds_the_cap_one_hold_per_attempt(db: TestDb) {
     apply(s, unit(claim(ids[2]), vec![Op::BeginAttempt(c1.clone())])).await;
     apply(
         s,
-        unit(
-            claim(ids[2]),
-            vec![Op::Finish(Finish::Failed(json!({"code": "X"})))],
-        ),
+        unit(claim(ids[2]), vec![Op::Finish(Finish::Failed(failed("x")))]),
     )
     .await;
     let d = s.budget_day(day, cap).await.unwrap();
@@ -742,9 +739,10 @@ async fn one_group_commit_applies_every_kind_of_unit(db: TestDb) {
         ),
         unit(
             &c[3],
-            vec![Op::Finish(Finish::Failed(
-                json!({"code": "NOT_READY", "message": "no"}),
-            ))],
+            vec![Op::Finish(Finish::Failed(JobFailure::not_ready(
+                "no",
+                Vec::new(),
+            )))],
         ),
         unit(&c[4], vec![Op::Release]),
         unit(&c[5], vec![Op::Progress(progress.clone())]),
@@ -922,4 +920,9 @@ async fn racing_first_holds_of_a_new_day_are_not_refused(db: TestDb) {
     }
     let d = s.budget_day(day, usd("100")).await.unwrap();
     assert_eq!(d.reserved_usd, usd("0.48"));
+}
+
+/// A run's failure as the store takes it.
+fn failed(message: &str) -> JobFailure {
+    JobFailure::new(FailureCode::GenerationFailed, message)
 }

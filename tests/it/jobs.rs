@@ -6,88 +6,29 @@ use reqwest::StatusCode;
 use serde_json::{json, Value};
 use std::sync::Arc;
 use tokio::sync::Barrier;
-use tollgate::model::{Credits, JobStatus, Role};
+use tollgate::model::{Credits, JobStatus, ParkedEvidence, Role};
 use tollgate::store::{Applied, Finish, Op, Unit, User};
 use tollgate::usecases::jobs::{JobQuery, Whose};
 use tollgate::usecases::ledger::LedgerQuery;
 use tollgate::usecases::webhooks::DeliveryQuery;
+use tollgate_testkit::api::PASSWORD;
 use tollgate_testkit::both_backends;
-use tollgate_testkit::TestDb;
-
-const PASSWORD: &str = "correct horse battery";
-
-struct Api {
-    base: String,
-    http: reqwest::Client,
-    db: TestDb,
-}
+use tollgate_testkit::{Api, TestDb};
 
 async fn api(db: TestDb) -> Api {
-    let base = db.serve_api().await;
-    Api {
-        base,
-        http: reqwest::Client::new(),
-        db,
-    }
+    Api::serve(db).await
 }
 
-impl Api {
-    fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
-    }
-
-    async fn person(&self, email: &str, role: Role, credits: i64) -> (User, String) {
-        let t = &self.db.tollgate;
-        let u = t.add_user(email, role, PASSWORD).await.unwrap();
-        if credits > 0 {
-            t.grant_credits(None, u.id, Credits(credits), None, None)
-                .await
-                .unwrap();
-        }
-        let token = t.create_api_token(&u, "test").await.unwrap().1;
-        (u, token)
-    }
-
-    async fn upload(&self, token: &str, bytes: Vec<u8>, content_type: &str) -> reqwest::Response {
-        self.http
-            .post(self.url("/v1/assets"))
-            .bearer_auth(token)
-            .header("content-type", content_type)
-            .body(bytes)
-            .send()
-            .await
-            .unwrap()
-    }
-
-    async fn photo(&self, token: &str) -> String {
-        let r = self
-            .upload(token, png(64, 48, [200, 120, 40]), "image/png")
-            .await;
-        assert_eq!(r.status(), StatusCode::CREATED);
-        r.json::<Value>().await.unwrap()["id"]
-            .as_str()
-            .unwrap()
-            .to_string()
-    }
-
-    async fn submit(&self, token: &str, key: &str, body: &Value) -> reqwest::Response {
-        self.http
-            .post(self.url("/v1/jobs"))
-            .bearer_auth(token)
-            .header("idempotency-key", key)
-            .json(body)
-            .send()
-            .await
-            .unwrap()
-    }
-
-    async fn balance(&self, u: &User) -> i64 {
-        let t = &self.db.tollgate;
-        let b = t.user(u.id).await.unwrap().balance;
-        // Rule 2's invariant, checked at every look: the ledger sums to the balance.
-        assert_eq!(t.store().ledger_sum(u.id).await.unwrap(), b);
-        b.get()
-    }
+/// A small plain photo uploaded through the API; its asset id.
+async fn photo(a: &Api, token: &str) -> String {
+    let r = a
+        .upload(token, png(64, 48, [200, 120, 40]), "image/png")
+        .await;
+    assert_eq!(r.status(), StatusCode::CREATED);
+    r.json::<Value>().await.unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string()
 }
 
 fn png(w: u32, h: u32, rgb: [u8; 3]) -> Vec<u8> {
@@ -166,7 +107,7 @@ async fn a_persons_uploads_have_a_quota(db: TestDb) {
 async fn identical_racing_submits_make_one_job(db: TestDb) {
     let a = Arc::new(api(db).await);
     let (u, token) = a.person("u@example.com", Role::User, 10).await;
-    let source = a.photo(&token).await;
+    let source = photo(&a, &token).await;
     let n = 50;
     let barrier = Arc::new(Barrier::new(n));
     let mut tasks = Vec::new();
@@ -220,7 +161,7 @@ async fn racing_submits_never_overdraw(db: TestDb) {
     let a = Arc::new(api(db).await);
     // Each edit costs 2 credits: 6 pays for exactly 3.
     let (u, token) = a.person("u@example.com", Role::User, 6).await;
-    let source = a.photo(&token).await;
+    let source = photo(&a, &token).await;
     let n = 20;
     let barrier = Arc::new(Barrier::new(n));
     let mut tasks = Vec::new();
@@ -260,7 +201,7 @@ async fn racing_submits_never_overdraw(db: TestDb) {
 async fn same_key_other_body_is_a_conflict_and_charges_nothing(db: TestDb) {
     let a = api(db).await;
     let (u, token) = a.person("u@example.com", Role::User, 10).await;
-    let source = a.photo(&token).await;
+    let source = photo(&a, &token).await;
     assert_eq!(
         a.submit(&token, "k1", &edit(&source)).await.status(),
         StatusCode::CREATED
@@ -284,7 +225,7 @@ async fn same_key_other_body_is_a_conflict_and_charges_nothing(db: TestDb) {
     assert_eq!(a.balance(&u).await, 8);
     // Keys are per user: another person may use the same key.
     let (v, token2) = a.person("v@example.com", Role::User, 10).await;
-    let source2 = a.photo(&token2).await;
+    let source2 = photo(&a, &token2).await;
     assert_eq!(
         a.submit(&token2, "k1", &edit(&source2)).await.status(),
         StatusCode::CREATED
@@ -295,7 +236,7 @@ async fn same_key_other_body_is_a_conflict_and_charges_nothing(db: TestDb) {
 async fn racing_cancels_refund_once(db: TestDb) {
     let a = Arc::new(api(db).await);
     let (u, token) = a.person("u@example.com", Role::User, 10).await;
-    let source = a.photo(&token).await;
+    let source = photo(&a, &token).await;
     let job: Value = a
         .submit(&token, "c1", &edit(&source))
         .await
@@ -363,7 +304,7 @@ async fn racing_cancels_refund_once(db: TestDb) {
 async fn a_refund_never_follows_a_job_that_finished_first(db: TestDb) {
     let a = Arc::new(api(db).await);
     let (u, token) = a.person("u@example.com", Role::User, 40).await;
-    let source = a.photo(&token).await;
+    let source = photo(&a, &token).await;
     let mut refunds_seen = 0;
     for round in 0..10 {
         let job: Value = a
@@ -448,8 +389,8 @@ async fn bad_submissions_change_nothing(db: TestDb) {
     let a = api(db).await;
     let (u, token) = a.person("u@example.com", Role::User, 10).await;
     let (_, other_token) = a.person("v@example.com", Role::User, 10).await;
-    let source = a.photo(&token).await;
-    let others = a.photo(&other_token).await;
+    let source = photo(&a, &token).await;
+    let others = photo(&a, &other_token).await;
 
     let no_key = a
         .http
@@ -562,7 +503,7 @@ async fn a_long_credit_history_pages_to_the_end_and_back(db: TestDb) {
         .await
         .unwrap();
     }
-    let source = a.photo(&token).await;
+    let source = photo(&a, &token).await;
     let job: Value = a
         .submit(&token, "named", &edit(&source))
         .await
@@ -624,14 +565,14 @@ async fn admins_count_filter_and_find_jobs(db: TestDb) {
         (&ana_token, "a2"),
         (&bo_token, "shared"),
     ] {
-        let source = a.photo(token).await;
+        let source = photo(&a, token).await;
         assert!(a
             .submit(token, key, &edit(&source))
             .await
             .status()
             .is_success());
     }
-    let source = a.photo(&ana_token).await;
+    let source = photo(&a, &ana_token).await;
     let shared: Value = a
         .submit(&ana_token, "shared", &edit(&source))
         .await
@@ -673,7 +614,7 @@ async fn jobs_are_private_and_paginated(db: TestDb) {
     let (owner, token) = a.person("u@example.com", Role::User, 30).await;
     let (_, other) = a.person("v@example.com", Role::User, 0).await;
     let (admin_user, admin) = a.person("admin@example.com", Role::Admin, 0).await;
-    let source = a.photo(&token).await;
+    let source = photo(&a, &token).await;
     let mut ids = Vec::new();
     for i in 0..5 {
         let job: Value = a
@@ -820,7 +761,7 @@ async fn jobs_are_private_and_paginated(db: TestDb) {
 async fn quote_matches_the_charge(db: TestDb) {
     let a = api(db).await;
     let (u, token) = a.person("u@example.com", Role::User, 100).await;
-    let source = a.photo(&token).await;
+    let source = photo(&a, &token).await;
     let cat: Value = a
         .http
         .get(a.url("/v1/catalogue"))
@@ -971,7 +912,7 @@ async fn uploads_are_sniffed_bounded_and_private(db: TestDb) {
 async fn expired_keys_can_be_reused(db: TestDb) {
     let a = api(db).await;
     let (u, token) = a.person("u@example.com", Role::User, 10).await;
-    let source = a.photo(&token).await;
+    let source = photo(&a, &token).await;
     assert_eq!(
         a.submit(&token, "old-key", &edit(&source)).await.status(),
         StatusCode::CREATED
@@ -1104,7 +1045,7 @@ mod retention {
             }),
             Op::Park(NewParked {
                 stage: ParkedStage::SubmissionUncertain,
-                evidence: json!({"reason": "a test parks it"}),
+                evidence: ParkedEvidence::because("a test parks it"),
                 provider: Some("http".into()),
                 model: Some("local-clip".into()),
                 provider_job_id: None,
@@ -1302,14 +1243,11 @@ mod retention {
         );
         let open = db.store().parked_for_job(jc).await.unwrap().unwrap();
         assert_eq!(
-            open.evidence["reason"], "a test parks it",
+            open.evidence.reason, "a test parks it",
             "an open record keeps its evidence"
         );
         let closed = db.store().parked(rx.id).await.unwrap().unwrap();
-        assert!(closed.evidence["reason"]
-            .as_str()
-            .unwrap()
-            .contains("retention"));
+        assert!(closed.evidence.reason.contains("retention"));
         assert_eq!(
             t.purge_expired(now + Duration::days(366)).await.unwrap(),
             Purged::default()
@@ -1342,8 +1280,8 @@ mod fair_use {
         let a = Arc::new(api(db).await);
         let (u, token) = a.person("burst@example.com", Role::User, 100).await;
         let (_, other) = a.person("calm@example.com", Role::User, 100).await;
-        let source = a.photo(&token).await;
-        let calm_source = a.photo(&other).await;
+        let source = photo(&a, &token).await;
+        let calm_source = photo(&a, &other).await;
         let n = 12;
         let barrier = Arc::new(Barrier::new(n));
         let mut tasks = Vec::new();

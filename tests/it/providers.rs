@@ -178,7 +178,7 @@ async fn a_hostile_output_is_not_stored_and_fails_the_attempt(db: TestDb) {
     let id = edit(&db, &u, "hostile").await;
     let job = run_until_settled(&db, id).await;
     assert_eq!(job.status, JobStatus::Failed);
-    assert_eq!(job.error.as_ref().unwrap()["code"], "INVALID_OUTPUT");
+    assert_eq!(job.error.as_ref().unwrap().code.as_str(), "INVALID_OUTPUT");
     let a = db.store().attempts(id).await.unwrap();
     let generate: Vec<_> = a
         .iter()
@@ -214,8 +214,8 @@ async fn a_broken_output_fails_the_attempt_before_delivery(db: TestDb) {
     let job = run_until_settled(&db, id).await;
     assert_eq!(job.status, JobStatus::Failed);
     let error = job.error.as_ref().unwrap();
-    assert_eq!(error["code"], "INVALID_OUTPUT");
-    let message = error["message"].as_str().unwrap();
+    assert_eq!(error.code.as_str(), "INVALID_OUTPUT");
+    let message = error.message.as_str();
     assert!(
         message.contains("16×16") && message.contains("refunded"),
         "{message}"
@@ -461,7 +461,7 @@ async fn auth_and_invalid_input_stop_the_chain(db: TestDb) {
         let id = edit(&db, &u, behaviour).await;
         let job = run_until_settled(&db, id).await;
         assert_eq!(job.status, JobStatus::Failed);
-        assert_eq!(job.error.as_ref().unwrap()["code"], code);
+        assert_eq!(job.error.as_ref().unwrap().code.as_str(), code);
         // One attempt, no retry, no fallback; refunded.
         assert_eq!(db.store().attempts(id).await.unwrap().len(), 1);
         assert_eq!(balance(&db, &u).await, before);
@@ -569,7 +569,10 @@ async fn exhausted_attempts_fall_back_or_fail_and_refund(db: TestDb) {
     let id = edit(&db, &u, "k").await;
     let job = run_until_settled(&db, id).await;
     assert_eq!(job.status, JobStatus::Failed);
-    assert_eq!(job.error.as_ref().unwrap()["code"], "GENERATION_FAILED");
+    assert_eq!(
+        job.error.as_ref().unwrap().code.as_str(),
+        "GENERATION_FAILED"
+    );
     assert_eq!(balance(&db, &u).await, Credits(100));
     // Both failed predictions were charged: the day books what they cost.
     assert_eq!(held(&db).await, (usd("0.2"), Usd::ZERO));
@@ -712,7 +715,10 @@ async fn a_dropped_answer_refunds_where_the_policy_says(db: TestDb) {
     let id = edit(&db, &u, "k").await;
     let job = run_until_settled(&db, id).await;
     assert_eq!(job.status, JobStatus::Failed);
-    assert_eq!(job.error.as_ref().unwrap()["code"], "SUBMISSION_UNCERTAIN");
+    assert_eq!(
+        job.error.as_ref().unwrap().code.as_str(),
+        "SUBMISSION_UNCERTAIN"
+    );
     assert_eq!(balance(&db, &u).await, Credits(100));
     assert_eq!(stats(&base).await["paid_predictions"], 1);
     // The possibly-paid call stays booked at the estimate, unpriced.
@@ -802,7 +808,7 @@ async fn local_faults_show_the_rules_on_a_laptop(db: TestDb) {
     let id = edit(&db, &u, "refused").await;
     let job = run_until_settled(&db, id).await;
     assert_eq!(job.status, JobStatus::Failed);
-    assert_eq!(job.error.as_ref().unwrap()["code"], "CONTENT_REFUSED");
+    assert_eq!(job.error.as_ref().unwrap().code.as_str(), "CONTENT_REFUSED");
     assert_eq!(db.store().attempts(id).await.unwrap().len(), 3);
 }
 
@@ -877,7 +883,10 @@ async fn a_refused_resend_refunds_with_the_estimate_booked_where_the_policy_says
     let id = edit(&db, &u, "k").await;
     let job = run_until_settled(&db, id).await;
     assert_eq!(job.status, JobStatus::Failed);
-    assert_eq!(job.error.as_ref().unwrap()["code"], "SUBMISSION_UNCERTAIN");
+    assert_eq!(
+        job.error.as_ref().unwrap().code.as_str(),
+        "SUBMISSION_UNCERTAIN"
+    );
     assert_eq!(m.paid().await, 1);
     let (day, costs) = bill(&db, id).await;
     assert_eq!(costs, [None]);
@@ -942,11 +951,8 @@ async fn retries_stop_at_the_cap(db: TestDb) {
     let id = edit(&db, &u, "k").await;
     let job = run_until_settled(&db, id).await;
     assert_eq!(job.status, JobStatus::Failed);
-    assert_eq!(job.error.as_ref().unwrap()["code"], "SPENDING_PAUSED");
-    assert!(job.error.as_ref().unwrap()["message"]
-        .as_str()
-        .unwrap()
-        .contains("paused"));
+    assert_eq!(job.error.as_ref().unwrap().code.as_str(), "SPENDING_PAUSED");
+    assert!(job.error.as_ref().unwrap().message.contains("paused"));
     assert_eq!(m.paid().await, 2, "no call the day could not hold");
     let (day, costs) = bill(&db, id).await;
     assert_eq!(costs, [Some(usd("0.1")), Some(usd("0.1"))]);
@@ -1045,10 +1051,7 @@ async fn an_attempt_is_recovered_only_with_its_own_model(db: TestDb) {
     assert_eq!(day, (Usd::ZERO, job.estimated_usd));
     let p = db.store().parked_for_job(id).await.unwrap().unwrap();
     assert_eq!(p.stage, ParkedStage::SubmissionUncertain);
-    assert!(p.evidence["reason"]
-        .as_str()
-        .unwrap()
-        .contains("no longer configured"));
+    assert!(p.evidence.reason.contains("no longer configured"));
 }
 
 /// 7. A run whose claim moved on (a long failover, a clock ahead) cannot

@@ -4,51 +4,18 @@
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use tollgate::model::Role;
+use tollgate_testkit::api::PASSWORD;
 use tollgate_testkit::both_backends;
-use tollgate_testkit::TestDb;
+use tollgate_testkit::{Api, TestDb};
 
-const PASSWORD: &str = "correct horse battery";
-
-struct Server {
-    base: String,
-    http: reqwest::Client,
-    _db: TestDb,
-    db_tollgate: tollgate::Tollgate,
+/// The API served on a free port (testkit's one client).
+async fn spawn(db: TestDb) -> Api {
+    Api::serve(db).await
 }
 
-async fn spawn(db: TestDb) -> Server {
-    let t = db.tollgate.clone();
-    let app = tollgate::api::router(t.clone()).layer(tollgate::usecases::auth::session_layer(&t));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        axum::serve(listener, app).await.unwrap();
-    });
-    Server {
-        base: format!("http://{addr}"),
-        http: reqwest::Client::new(),
-        _db: db,
-        db_tollgate: t,
-    }
-}
-
-impl Server {
-    async fn token_for(&self, email: &str, role: Role) -> String {
-        let u = self
-            .db_tollgate
-            .add_user(email, role, PASSWORD)
-            .await
-            .unwrap();
-        self.db_tollgate
-            .create_api_token(&u, "test")
-            .await
-            .unwrap()
-            .1
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
-    }
+/// A new person's API token.
+async fn token_for(s: &Api, email: &str, role: Role) -> String {
+    s.person(email, role, 0).await.1
 }
 
 fn assert_error_shape(body: &Value, code: &str) {
@@ -81,7 +48,7 @@ both_backends!(
 /// its ways in.
 async fn the_openapi_document_describes_what_is_served(db: TestDb) {
     let s = spawn(db).await;
-    let admin = s.token_for("admin@example.com", Role::Admin).await;
+    let admin = token_for(&s, "admin@example.com", Role::Admin).await;
     let doc: Value = s
         .http
         .get(s.url("/v1/openapi.json"))
@@ -195,7 +162,7 @@ async fn the_openapi_document_describes_what_is_served(db: TestDb) {
 
 async fn me_needs_a_valid_token(db: TestDb) {
     let s = spawn(db).await;
-    let token = s.token_for("Ana@example.com", Role::User).await;
+    let token = token_for(&s, "Ana@example.com", Role::User).await;
 
     let r = s
         .http
@@ -228,23 +195,23 @@ async fn me_needs_a_valid_token(db: TestDb) {
 
 async fn every_role_against_every_route_group(db: TestDb) {
     let s = spawn(db).await;
-    let target = s
-        .db_tollgate
-        .add_user("target@example.com", Role::User, PASSWORD)
-        .await
-        .unwrap();
+    let target =
+        s.db.tollgate
+            .add_user("target@example.com", Role::User, PASSWORD)
+            .await
+            .unwrap();
     let tokens = [
         (None, "anonymous"),
         (
-            Some(s.token_for("user@example.com", Role::User).await),
+            Some(token_for(&s, "user@example.com", Role::User).await),
             "user",
         ),
         (
-            Some(s.token_for("reviewer@example.com", Role::Reviewer).await),
+            Some(token_for(&s, "reviewer@example.com", Role::Reviewer).await),
             "reviewer",
         ),
         (
-            Some(s.token_for("admin@example.com", Role::Admin).await),
+            Some(token_for(&s, "admin@example.com", Role::Admin).await),
             "admin",
         ),
     ];
@@ -301,9 +268,9 @@ async fn every_role_against_every_route_group(db: TestDb) {
 
 async fn credits_show_balance_and_history(db: TestDb) {
     let s = spawn(db).await;
-    let token = s.token_for("u@example.com", Role::User).await;
-    let u = s.db_tollgate.user_by_email("u@example.com").await.unwrap();
-    s.db_tollgate
+    let token = token_for(&s, "u@example.com", Role::User).await;
+    let u = s.db.tollgate.user_by_email("u@example.com").await.unwrap();
+    s.db.tollgate
         .grant_credits(
             None,
             u.id,
@@ -313,7 +280,7 @@ async fn credits_show_balance_and_history(db: TestDb) {
         )
         .await
         .unwrap();
-    s.db_tollgate
+    s.db.tollgate
         .grant_credits(None, u.id, tollgate::model::Credits(3), None, None)
         .await
         .unwrap();
@@ -343,12 +310,12 @@ async fn credits_show_balance_and_history(db: TestDb) {
 
 async fn hostile_bodies_get_the_error_shape(db: TestDb) {
     let s = spawn(db).await;
-    let admin = s.token_for("admin@example.com", Role::Admin).await;
-    let u = s
-        .db_tollgate
-        .add_user("u@example.com", Role::User, PASSWORD)
-        .await
-        .unwrap();
+    let admin = token_for(&s, "admin@example.com", Role::Admin).await;
+    let u =
+        s.db.tollgate
+            .add_user("u@example.com", Role::User, PASSWORD)
+            .await
+            .unwrap();
     let path = s.url(&format!("/v1/users/{}/credit-grants", u.id));
 
     let unknown = s
@@ -365,11 +332,11 @@ async fn hostile_bodies_get_the_error_shape(db: TestDb) {
     // The longest key the API accepts fits where it is kept (it was a 500:
     // the derived ledger reference outgrew its column); sent twice, one grant.
     let longest = "k".repeat(255);
-    let v = s
-        .db_tollgate
-        .add_user("v@example.com", Role::User, PASSWORD)
-        .await
-        .unwrap();
+    let v =
+        s.db.tollgate
+            .add_user("v@example.com", Role::User, PASSWORD)
+            .await
+            .unwrap();
     let v_path = s.url(&format!("/v1/users/{}/credit-grants", v.id));
     for expected in [StatusCode::CREATED, StatusCode::OK] {
         let r = s
@@ -384,7 +351,7 @@ async fn hostile_bodies_get_the_error_shape(db: TestDb) {
         assert_eq!(r.status(), expected);
         assert_eq!(r.json::<Value>().await.unwrap()["amount"], 2);
     }
-    assert_eq!(s.db_tollgate.user(v.id).await.unwrap().balance.get(), 2);
+    assert_eq!(s.db.tollgate.user(v.id).await.unwrap().balance.get(), 2);
     let fractional = s
         .http
         .post(&path)
@@ -518,9 +485,10 @@ async fn hostile_bodies_get_the_error_shape(db: TestDb) {
     assert_eq!(wrong_method.status(), StatusCode::METHOD_NOT_ALLOWED);
 
     // Nothing above changed the balance.
-    assert_eq!(s.db_tollgate.user(u.id).await.unwrap().balance.get(), 0);
+    assert_eq!(s.db.tollgate.user(u.id).await.unwrap().balance.get(), 0);
     assert!(s
-        .db_tollgate
+        .db
+        .tollgate
         .store()
         .ledger_for_user(u.id, 10)
         .await
@@ -530,12 +498,12 @@ async fn hostile_bodies_get_the_error_shape(db: TestDb) {
 
 async fn api_grants_are_idempotent_by_key(db: TestDb) {
     let s = spawn(db).await;
-    let admin = s.token_for("admin@example.com", Role::Admin).await;
-    let u = s
-        .db_tollgate
-        .add_user("u@example.com", Role::User, PASSWORD)
-        .await
-        .unwrap();
+    let admin = token_for(&s, "admin@example.com", Role::Admin).await;
+    let u =
+        s.db.tollgate
+            .add_user("u@example.com", Role::User, PASSWORD)
+            .await
+            .unwrap();
     let path = s.url(&format!("/v1/users/{}/credit-grants", u.id));
     let send = || {
         s.http
@@ -552,7 +520,7 @@ async fn api_grants_are_idempotent_by_key(db: TestDb) {
     let a: Value = first.json().await.unwrap();
     let b: Value = second.json().await.unwrap();
     assert_eq!(a["id"], b["id"]);
-    assert_eq!(s.db_tollgate.user(u.id).await.unwrap().balance.get(), 4);
+    assert_eq!(s.db.tollgate.user(u.id).await.unwrap().balance.get(), 4);
 }
 
 async fn health_and_readiness(db: TestDb) {
@@ -563,15 +531,15 @@ async fn health_and_readiness(db: TestDb) {
     assert_eq!(r.status(), StatusCode::OK);
     let body: Value = r.json().await.unwrap();
     assert_eq!(body["database"], "ok");
-    s.db_tollgate.store().close().await;
+    s.db.tollgate.store().close().await;
     let r = s.http.get(s.url("/readyz")).send().await.unwrap();
     assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
 }
 
 async fn budget_days_are_admin_controlled(db: TestDb) {
     let s = spawn(db).await;
-    let admin = s.token_for("admin@example.com", Role::Admin).await;
-    let user = s.token_for("user@example.com", Role::User).await;
+    let admin = token_for(&s, "admin@example.com", Role::Admin).await;
+    let user = token_for(&s, "user@example.com", Role::User).await;
     let day = s.url("/v1/budget/2026-12-01");
     let r = s.http.get(&day).bearer_auth(&user).send().await.unwrap();
     assert_eq!(r.status(), StatusCode::FORBIDDEN);
@@ -663,24 +631,24 @@ async fn budget_days_are_admin_controlled(db: TestDb) {
 
 async fn metrics_speak_prometheus(db: TestDb) {
     let s = spawn(db).await;
-    let u = s
-        .db_tollgate
-        .add_user("u@example.com", Role::User, PASSWORD)
-        .await
-        .unwrap();
-    s.db_tollgate
+    let u =
+        s.db.tollgate
+            .add_user("u@example.com", Role::User, PASSWORD)
+            .await
+            .unwrap();
+    s.db.tollgate
         .grant_credits(None, u.id, tollgate::model::Credits(10), None, None)
         .await
         .unwrap();
     let body = json!({"kind": "video", "prompt": "p", "duration_s": 2, "resolution": "720p"});
-    s.db_tollgate
+    s.db.tollgate
         .submit_job(&u, None, Some("m1"), &body)
         .await
         .unwrap();
     // Admins only, here; a scraper uses a token or the internal listener.
     let r = s.http.get(s.url("/metrics")).send().await.unwrap();
     assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
-    let (_, user_token) = s.db_tollgate.create_api_token(&u, "u").await.unwrap();
+    let (_, user_token) = s.db.tollgate.create_api_token(&u, "u").await.unwrap();
     let r = s
         .http
         .get(s.url("/metrics"))
@@ -689,12 +657,12 @@ async fn metrics_speak_prometheus(db: TestDb) {
         .await
         .unwrap();
     assert_eq!(r.status(), StatusCode::FORBIDDEN);
-    let admin = s
-        .db_tollgate
-        .add_user("ops@example.com", Role::Admin, PASSWORD)
-        .await
-        .unwrap();
-    let (_, admin_token) = s.db_tollgate.create_api_token(&admin, "a").await.unwrap();
+    let admin =
+        s.db.tollgate
+            .add_user("ops@example.com", Role::Admin, PASSWORD)
+            .await
+            .unwrap();
+    let (_, admin_token) = s.db.tollgate.create_api_token(&admin, "a").await.unwrap();
     let r = s
         .http
         .get(s.url("/metrics"))
@@ -716,7 +684,7 @@ async fn metrics_speak_prometheus(db: TestDb) {
 /// caller's data under /v1) says `Cache-Control: no-store`, errors included.
 async fn answers_carrying_secrets_are_never_stored_by_a_cache(db: TestDb) {
     let s = spawn(db).await;
-    let token = s.token_for("secret@example.com", Role::User).await;
+    let token = token_for(&s, "secret@example.com", Role::User).await;
     for (method, path) in [
         ("GET", "/v1/webhook-secret"),
         ("GET", "/v1/me"),

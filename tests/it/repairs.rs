@@ -10,89 +10,18 @@ use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Barrier;
-use tollgate::model::{Credits, Role};
+use tollgate::model::Role;
 use tollgate::store::User;
-use tollgate_testkit::TestDb;
-use tollgate_testkit::{both_backends, wait_until};
-
-const PASSWORD: &str = "correct horse battery";
-
-struct Api {
-    base: String,
-    http: reqwest::Client,
-    db: TestDb,
-}
+use tollgate_testkit::{both_backends, wait_until, Api, TestDb};
 
 async fn api(db: TestDb) -> Api {
-    let base = db.serve_api().await;
-    Api {
-        base,
-        http: reqwest::Client::new(),
-        db,
-    }
+    Api::serve(db).await
 }
 
-impl Api {
-    async fn person(&self, email: &str, role: Role, credits: i64) -> (User, String) {
-        let t = &self.db.tollgate;
-        let u = t.add_user(email, role, PASSWORD).await.unwrap();
-        if credits > 0 {
-            t.grant_credits(None, u.id, Credits(credits), None, None)
-                .await
-                .unwrap();
-        }
-        let token = t.create_api_token(&u, "test").await.unwrap().1;
-        (u, token)
-    }
-
-    async fn post(
-        &self,
-        token: &str,
-        path: &str,
-        key: Option<&str>,
-        body: &Value,
-    ) -> (StatusCode, Value) {
-        let mut r = self
-            .http
-            .post(format!("{}{path}", self.base))
-            .bearer_auth(token)
-            .json(body);
-        if let Some(k) = key {
-            r = r.header("idempotency-key", k);
-        }
-        let r = r.send().await.unwrap();
-        let status = r.status();
-        (status, r.json().await.unwrap_or(Value::Null))
-    }
-
-    async fn get(&self, token: &str, path: &str) -> (StatusCode, Value) {
-        let r = self
-            .http
-            .get(format!("{}{path}", self.base))
-            .bearer_auth(token)
-            .send()
-            .await
-            .unwrap();
-        let status = r.status();
-        (status, r.json().await.unwrap_or(Value::Null))
-    }
-
-    async fn bytes(&self, token: &str, path: &str) -> (StatusCode, Vec<u8>) {
-        let r = self
-            .http
-            .get(format!("{}{path}", self.base))
-            .bearer_auth(token)
-            .send()
-            .await
-            .unwrap();
-        (r.status(), r.bytes().await.unwrap().to_vec())
-    }
-
-    /// An edit of a photo of a dog, ordered through the API.
-    async fn order(&self, u: &User, token: &str, key: &str) -> Value {
-        let source = self
-            .db
-            .tollgate
+/// An edit of a photo of a dog, ordered through the API.
+async fn order(a: &Api, u: &User, token: &str, key: &str) -> Value {
+    let source =
+        a.db.tollgate
             .upload_asset(
                 u,
                 Some("image/png"),
@@ -100,59 +29,47 @@ impl Api {
             )
             .await
             .unwrap();
-        let body = json!({"kind": "image_edit", "source": source.id,
-            "target": {"kind": "pet", "description": "the dog"},
-            "style": "cross_stitch", "strength": "balanced"});
-        let (s, job) = self.post(token, "/v1/jobs", Some(key), &body).await;
-        assert_eq!(s, StatusCode::CREATED, "{job}");
-        job
-    }
+    let body = json!({"kind": "image_edit", "source": source.id,
+        "target": {"kind": "pet", "description": "the dog"},
+        "style": "cross_stitch", "strength": "balanced"});
+    let (s, job) = a.post(token, "/v1/jobs", Some(key), &body).await;
+    assert_eq!(s, StatusCode::CREATED, "{job}");
+    job
+}
 
-    /// Waits (bounded) until the job is terminal, and reads it.
-    async fn settled(&self, token: &str, id: &str) -> Value {
-        wait_until(
-            &format!("job {id} finishes"),
-            Duration::from_secs(30),
-            async || {
-                let (_, j) = self.get(token, &format!("/v1/jobs/{id}")).await;
-                ["succeeded", "failed", "cancelled"]
-                    .contains(&j["status"].as_str().unwrap_or(""))
-                    .then_some(j)
-            },
-        )
-        .await
-    }
+/// Waits (bounded) until the job is terminal, and reads it.
+async fn settled(a: &Api, token: &str, id: &str) -> Value {
+    wait_until(
+        &format!("job {id} finishes"),
+        Duration::from_secs(30),
+        async || {
+            let (_, j) = a.get(token, &format!("/v1/jobs/{id}")).await;
+            ["succeeded", "failed", "cancelled"]
+                .contains(&j["status"].as_str().unwrap_or(""))
+                .then_some(j)
+        },
+    )
+    .await
+}
 
-    /// Whether a repair's charge was given back as it was ordered.
-    async fn waived(&self, job: &Value) -> bool {
-        let id: tollgate::model::JobId = job["id"].as_str().unwrap().parse().unwrap();
-        self.db
-            .history(id)
-            .await
-            .iter()
-            .any(|e| e.kind() == "waived")
-    }
+/// Whether a repair's charge was given back as it was ordered.
+async fn waived(a: &Api, job: &Value) -> bool {
+    let id: tollgate::model::JobId = job["id"].as_str().unwrap().parse().unwrap();
+    a.db.history(id).await.iter().any(|e| e.kind() == "waived")
+}
 
-    async fn balance(&self, u: &User) -> i64 {
-        let t = &self.db.tollgate;
-        let b = t.user(u.id).await.unwrap().balance;
-        assert_eq!(t.store().ledger_sum(u.id).await.unwrap(), b);
-        b.get()
-    }
+/// An edit, run to success.
+async fn delivered_edit(a: &Api, u: &User, token: &str) -> Value {
+    delivered_edit_under(a, u, token, "original").await
+}
 
-    /// An edit, run to success.
-    async fn delivered_edit(&self, u: &User, token: &str) -> Value {
-        self.delivered_edit_under(u, token, "original").await
-    }
-
-    async fn delivered_edit_under(&self, u: &User, token: &str, key: &str) -> Value {
-        let job = self.order(u, token, key).await;
-        let engine = tollgate::engine::start(self.db.tollgate.clone(), 1);
-        let job = self.settled(token, job["id"].as_str().unwrap()).await;
-        engine.shutdown().await;
-        assert_eq!(job["status"], "succeeded", "{job}");
-        job
-    }
+async fn delivered_edit_under(a: &Api, u: &User, token: &str, key: &str) -> Value {
+    let job = order(a, u, token, key).await;
+    let engine = tollgate::engine::start(a.db.tollgate.clone(), 1);
+    let job = settled(a, token, job["id"].as_str().unwrap()).await;
+    engine.shutdown().await;
+    assert_eq!(job["status"], "succeeded", "{job}");
+    job
 }
 
 fn repairs_of(id: &Value) -> String {
@@ -175,7 +92,7 @@ both_backends!(
 async fn a_repair_that_improves_is_delivered(db: TestDb) {
     let a = api(db).await;
     let (u, token) = a.person("owner@example.com", Role::User, 20).await;
-    let original = a.delivered_edit(&u, &token).await;
+    let original = delivered_edit(&a, &u, &token).await;
     assert_eq!(original["lineage"]["repairs_left"], 2);
     assert_eq!(original["lineage"]["parent"], Value::Null);
     let before = a.balance(&u).await;
@@ -200,7 +117,7 @@ async fn a_repair_that_improves_is_delivered(db: TestDb) {
     assert_eq!(repair["request"], original["request"]);
 
     let engine = tollgate::engine::start(a.db.tollgate.clone(), 1);
-    let done = a.settled(&token, repair["id"].as_str().unwrap()).await;
+    let done = settled(&a, &token, repair["id"].as_str().unwrap()).await;
     engine.shutdown().await;
     assert_eq!(done["status"], "succeeded", "{done}");
     assert_eq!(done["lineage"]["outcome"], "improved", "{done}");
@@ -280,7 +197,7 @@ async fn a_repair_that_improves_is_delivered(db: TestDb) {
 async fn a_repair_that_changes_nothing_keeps_the_previous_and_stops(db: TestDb) {
     let a = api(db).await;
     let (u, token) = a.person("owner@example.com", Role::User, 20).await;
-    let original = a.delivered_edit(&u, &token).await;
+    let original = delivered_edit(&a, &u, &token).await;
     let (s, repair) = a
         .post(
             &token,
@@ -291,7 +208,7 @@ async fn a_repair_that_changes_nothing_keeps_the_previous_and_stops(db: TestDb) 
         .await;
     assert_eq!(s, StatusCode::CREATED, "{repair}");
     let engine = tollgate::engine::start(a.db.tollgate.clone(), 1);
-    let done = a.settled(&token, repair["id"].as_str().unwrap()).await;
+    let done = settled(&a, &token, repair["id"].as_str().unwrap()).await;
     engine.shutdown().await;
     assert_eq!(done["status"], "succeeded", "{done}");
     assert_eq!(done["lineage"]["outcome"], "unchanged", "{done}");
@@ -349,7 +266,7 @@ async fn a_repair_that_changes_nothing_keeps_the_previous_and_stops(db: TestDb) 
 async fn racing_repairs_take_two_and_no_more(db: TestDb) {
     let a = Arc::new(api(db).await);
     let (u, token) = a.person("owner@example.com", Role::User, 100).await;
-    let original = a.delivered_edit(&u, &token).await;
+    let original = delivered_edit(&a, &u, &token).await;
     let before = a.balance(&u).await;
     let barrier = Arc::new(Barrier::new(10));
     let mut tasks = Vec::new();
@@ -389,7 +306,7 @@ async fn racing_repairs_take_two_and_no_more(db: TestDb) {
 async fn repairs_keep_their_settings_and_replay(db: TestDb) {
     let a = api(db).await;
     let (u, token) = a.person("owner@example.com", Role::User, 20).await;
-    let original = a.delivered_edit(&u, &token).await;
+    let original = delivered_edit(&a, &u, &token).await;
     let path = repairs_of(&original["id"]);
     let before = a.balance(&u).await;
     for (body, field) in [
@@ -441,7 +358,7 @@ async fn only_the_owner_repairs_an_edit_that_succeeded(db: TestDb) {
     let (u, token) = a.person("owner@example.com", Role::User, 20).await;
     let (_, stranger) = a.person("stranger@example.com", Role::User, 20).await;
     let (_, reviewer) = a.person("reviewer@example.com", Role::Reviewer, 0).await;
-    let original = a.delivered_edit(&u, &token).await;
+    let original = delivered_edit(&a, &u, &token).await;
     let body = json!({"instruction": "bolder"});
     let (s, e) = a
         .post(&stranger, &repairs_of(&original["id"]), Some("s"), &body)
@@ -464,7 +381,7 @@ async fn only_the_owner_repairs_an_edit_that_succeeded(db: TestDb) {
         .await;
     assert_eq!(s, StatusCode::NOT_FOUND);
     // A job still queued, and one cancelled, cannot be repaired.
-    let queued = a.order(&u, &token, "second").await;
+    let queued = order(&a, &u, &token, "second").await;
     let (s, e) = a
         .post(&token, &repairs_of(&queued["id"]), Some("q"), &body)
         .await;
@@ -491,7 +408,7 @@ async fn only_the_owner_repairs_an_edit_that_succeeded(db: TestDb) {
 async fn a_cancelled_repair_is_refunded_and_gives_its_slot_back(db: TestDb) {
     let a = api(db).await;
     let (u, token) = a.person("owner@example.com", Role::User, 20).await;
-    let original = a.delivered_edit(&u, &token).await;
+    let original = delivered_edit(&a, &u, &token).await;
     let path = repairs_of(&original["id"]);
     let before = a.balance(&u).await;
     let (_, r1) = a
@@ -565,7 +482,7 @@ async fn api_with_flagged_results(db: TestDb) -> (Api, tollgate_testkit::MockSer
 async fn a_flagged_result_is_repaired_once_for_free(db: TestDb) {
     let (a, _mock) = api_with_flagged_results(db).await;
     let (u, token) = a.person("owner@example.com", Role::User, 20).await;
-    let original = a.delivered_edit(&u, &token).await;
+    let original = delivered_edit(&a, &u, &token).await;
     assert_eq!(original["review"]["verdict"], "issues", "{original}");
     let credits = original["credits"].as_i64().unwrap();
     assert!(credits > 0);
@@ -583,7 +500,7 @@ async fn a_flagged_result_is_repaired_once_for_free(db: TestDb) {
     // Charged like its parent, and the charge given back at once.
     assert_eq!(free["credits"], credits, "{free}");
     assert_eq!(a.balance(&u).await, before, "nothing paid");
-    assert!(a.waived(&free).await);
+    assert!(waived(&a, &free).await);
     // While the free one is live, the next repair is charged.
     let (s, paid) = a
         .post(
@@ -595,7 +512,7 @@ async fn a_flagged_result_is_repaired_once_for_free(db: TestDb) {
         .await;
     assert_eq!(s, StatusCode::CREATED, "{paid}");
     assert_eq!(paid["credits"], credits);
-    assert!(!a.waived(&paid).await);
+    assert!(!waived(&a, &paid).await);
     assert_eq!(a.balance(&u).await, before - credits);
     // Cancelling the free one refunds nothing (nothing was paid) and gives
     // its slot back, once; the repair after it is free again.
@@ -618,7 +535,7 @@ async fn a_flagged_result_is_repaired_once_for_free(db: TestDb) {
         )
         .await;
     assert_eq!(s, StatusCode::CREATED, "{again}");
-    assert!(a.waived(&again).await);
+    assert!(waived(&a, &again).await);
     let (s, full) = a
         .post(&token, &path, Some("r4"), &json!({"instruction": "more"}))
         .await;
@@ -630,7 +547,7 @@ async fn a_flagged_result_is_repaired_once_for_free(db: TestDb) {
     // The free repair fails like any other: nothing to refund, and the
     // ledger still adds up (checked by `balance`).
     let engine = tollgate::engine::start(a.db.tollgate.clone(), 1);
-    let done = a.settled(&token, again["id"].as_str().unwrap()).await;
+    let done = settled(&a, &token, again["id"].as_str().unwrap()).await;
     engine.shutdown().await;
     assert!(
         ["succeeded", "failed"].contains(&done["status"].as_str().unwrap()),
@@ -643,7 +560,7 @@ async fn racing_repairs_of_a_flagged_result_make_one_free(db: TestDb) {
     let (a, _mock) = api_with_flagged_results(db).await;
     let a = Arc::new(a);
     let (u, token) = a.person("owner@example.com", Role::User, 100).await;
-    let original = a.delivered_edit(&u, &token).await;
+    let original = delivered_edit(&a, &u, &token).await;
     assert_eq!(original["review"]["verdict"], "issues", "{original}");
     let before = a.balance(&u).await;
     let barrier = Arc::new(Barrier::new(10));
@@ -662,15 +579,19 @@ async fn racing_repairs_of_a_flagged_result_make_one_free(db: TestDb) {
             .await
         }));
     }
-    let mut waived = Vec::new();
+    let mut given_back = Vec::new();
     for t in tasks {
         let (s, body) = t.await.unwrap();
         if s == StatusCode::CREATED {
-            waived.push(a.waived(&body).await);
+            given_back.push(waived(&a, &body).await);
         }
     }
-    waived.sort();
-    assert_eq!(waived, vec![false, true], "two made: one free, one charged");
+    given_back.sort();
+    assert_eq!(
+        given_back,
+        vec![false, true],
+        "two made: one free, one charged"
+    );
     let credits = original["credits"].as_i64().unwrap();
     assert_eq!(a.balance(&u).await, before - credits);
 }
@@ -684,7 +605,7 @@ async fn the_person_chooses_which_version_is_theirs(db: TestDb) {
     let (u, token) = a.person("chooser@example.com", Role::User, 40).await;
     let (other, _) = a.person("other@example.com", Role::Admin, 0).await;
     let t = a.db.tollgate.clone();
-    let original = a.delivered_edit(&u, &token).await;
+    let original = delivered_edit(&a, &u, &token).await;
     let first: tollgate::model::JobId = original["id"].as_str().unwrap().parse().unwrap();
 
     // Nothing repaired yet: the first edit is already theirs.
@@ -712,7 +633,7 @@ async fn the_person_chooses_which_version_is_theirs(db: TestDb) {
         Ok(s) => panic!("chosen while a repair runs: {s:?}"),
     }
     let engine = tollgate::engine::start(t.clone(), 1);
-    let done = a.settled(&token, repair["id"].as_str().unwrap()).await;
+    let done = settled(&a, &token, repair["id"].as_str().unwrap()).await;
     engine.shutdown().await;
     assert_eq!(done["lineage"]["outcome"], "improved", "{done}");
     assert_eq!(t.lineage(&u, first).await.unwrap().0.delivered, repaired);
@@ -744,7 +665,7 @@ async fn the_person_chooses_which_version_is_theirs(db: TestDb) {
     assert_eq!(s, StatusCode::CREATED, "{next}");
     assert_eq!(next["lineage"]["parent"], original["id"]);
     let engine = tollgate::engine::start(t.clone(), 1);
-    let last = a.settled(&token, next["id"].as_str().unwrap()).await;
+    let last = settled(&a, &token, next["id"].as_str().unwrap()).await;
     engine.shutdown().await;
     assert_eq!(last["status"], "succeeded", "{last}");
     let (_, events) = a
@@ -775,7 +696,7 @@ async fn a_choice_racing_a_repair_leaves_the_repair_on_the_persons_version(db: T
         let (u, token) = a
             .person(&format!("racer{round}@example.com"), Role::User, 100)
             .await;
-        let original = a.delivered_edit(&u, &token).await;
+        let original = delivered_edit(&a, &u, &token).await;
         let first: tollgate::model::JobId = original["id"].as_str().unwrap().parse().unwrap();
         let (s, repair) = a
             .post(
@@ -787,7 +708,7 @@ async fn a_choice_racing_a_repair_leaves_the_repair_on_the_persons_version(db: T
             .await;
         assert_eq!(s, StatusCode::CREATED, "{repair}");
         let engine = tollgate::engine::start(t.clone(), 1);
-        a.settled(&token, repair["id"].as_str().unwrap()).await;
+        settled(&a, &token, repair["id"].as_str().unwrap()).await;
         engine.shutdown().await;
         let barrier = Arc::new(Barrier::new(2));
         let choose = {

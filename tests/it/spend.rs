@@ -18,7 +18,7 @@ use tollgate::providers::mock::MockConfig;
 use tollgate::store::{AttemptOutcome, Claim, Hold, NewAttempt, Op, Unit, User};
 use tollgate::usecases::spend::{AttemptQuery, AttemptQueryText};
 use tollgate_testkit::{both_backends, wait_until};
-use tollgate_testkit::{MockServer, TestDb};
+use tollgate_testkit::{Api, MockServer, TestDb};
 
 both_backends!(
     racing_paid_calls_with_retries_and_a_dearer_fallback_never_pass_the_cap,
@@ -198,13 +198,10 @@ async fn racing_paid_calls_with_retries_and_a_dearer_fallback_never_pass_the_cap
         match j.status {
             JobStatus::Succeeded => charged += j.credits.0,
             JobStatus::Failed => {
-                let code = j.error.as_ref().unwrap()["code"].as_str().unwrap();
+                let code = j.error.as_ref().unwrap().code.as_str();
                 if code == "SPENDING_PAUSED" {
                     paused += 1;
-                    assert!(j.error.as_ref().unwrap()["message"]
-                        .as_str()
-                        .unwrap()
-                        .contains("paused"));
+                    assert!(j.error.as_ref().unwrap().message.contains("paused"));
                 }
             }
             other => panic!("job {} is {other:?}", j.id),
@@ -280,7 +277,8 @@ async fn a_halt_while_calls_are_in_flight_sends_nothing_new(db: TestDb) {
     let paused: Vec<_> = jobs
         .iter()
         .filter(|j| {
-            j.status == JobStatus::Failed && j.error.as_ref().unwrap()["code"] == "SPENDING_PAUSED"
+            j.status == JobStatus::Failed
+                && j.error.as_ref().unwrap().code.as_str() == "SPENDING_PAUSED"
         })
         .collect();
     assert_eq!((succeeded, paused.len()), (10, 15), "{jobs:#?}");
@@ -569,50 +567,23 @@ async fn the_attempt_list_filters_and_pages(db: TestDb) {
     }
 }
 
-struct Api {
-    base: String,
-    http: reqwest::Client,
+/// The API served with an admin and a user, each with a token.
+struct Spend {
+    api: Api,
     admin: String,
     user: String,
-    _db: TestDb,
 }
 
-async fn api(db: TestDb) -> Api {
-    let t = db.tollgate.clone();
-    let app = tollgate::api::router(t.clone()).layer(tollgate::usecases::auth::session_layer(&t));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        axum::serve(listener, app).await.unwrap();
-    });
-    let mut tokens = Vec::new();
-    for (email, role) in [
-        ("admin@example.com", Role::Admin),
-        ("user@example.com", Role::User),
-    ] {
-        let u = t
-            .add_user(email, role, "correct horse battery")
-            .await
-            .unwrap();
-        tokens.push(t.create_api_token(&u, "test").await.unwrap().1);
-    }
-    Api {
-        base: format!("http://{addr}"),
-        http: reqwest::Client::new(),
-        user: tokens.pop().unwrap(),
-        admin: tokens.pop().unwrap(),
-        _db: db,
-    }
+async fn api(db: TestDb) -> Spend {
+    let api = Api::serve(db).await;
+    let (_, admin) = api.person("admin@example.com", Role::Admin, 0).await;
+    let (_, user) = api.person("user@example.com", Role::User, 0).await;
+    Spend { api, admin, user }
 }
 
-impl Api {
+impl Spend {
     async fn get(&self, path: &str, token: Option<&str>) -> (StatusCode, String) {
-        let mut r = self.http.get(format!("{}{path}", self.base));
-        if let Some(t) = token {
-            r = r.bearer_auth(t);
-        }
-        let r = r.send().await.unwrap();
-        (r.status(), r.text().await.unwrap())
+        self.api.get_text(token, path).await
     }
 }
 
@@ -679,8 +650,9 @@ async fn spend_as_csv_is_one_row_per_attempt_with_unpriced_left_empty(db: TestDb
     let s = api(db).await;
     let today = Utc::now().date_naive();
     let r = s
+        .api
         .http
-        .get(format!("{}/v1/spend?from={today}&to={today}", s.base))
+        .get(format!("{}/v1/spend?from={today}&to={today}", s.api.base))
         .header("accept", "text/csv")
         .bearer_auth(&s.admin)
         .send()
