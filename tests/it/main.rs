@@ -8,6 +8,7 @@ mod api;
 mod checker_photos;
 mod checkers;
 mod conformance;
+mod driver;
 mod execution;
 mod jobs;
 mod mock_provider;
