@@ -227,6 +227,67 @@ fn checked_reason(reason: Option<&str>) -> Result<Option<String>> {
     Ok(reason.map(str::to_string))
 }
 
+/// The budget page: two weeks back and one ahead, the cap's changes, each
+/// person's share of today, and every hold still standing with what they
+/// come to (see `Tollgate::budget_overview`).
+#[derive(Clone, Debug)]
+pub struct BudgetOverview {
+    pub report: crate::usecases::spend::SpendReport,
+    pub history: Vec<BudgetChangeListed>,
+    /// One person's share of today's cap, and each spender's use of it.
+    pub share: Usd,
+    pub shares: Vec<ShareUse>,
+    pub holds: Vec<crate::store::AttemptListed>,
+    /// What the standing holds reserve, summed.
+    pub held_total: Usd,
+    /// What the days of the report booked, summed.
+    pub settled_total: Usd,
+    /// Holds of runs that died (their lease ran out) and are not parked:
+    /// the sweeper's to settle.
+    pub dead_holds: usize,
+}
+
+/// Days of the budget page before today, and after it.
+const OVERVIEW_DAYS_BACK: i64 = 13;
+const OVERVIEW_DAYS_AHEAD: i64 = 7;
+/// Standing holds the budget page lists.
+const OVERVIEW_HOLDS_MAX: i64 = 200;
+
+impl Tollgate {
+    /// Everything the budget page shows, around `today`.
+    pub async fn budget_overview(&self, today: NaiveDate) -> Result<BudgetOverview> {
+        use crate::usecases::spend::{AttemptQuery, RANGE_DAYS_MAX};
+        let from = today - chrono::Duration::days(OVERVIEW_DAYS_BACK);
+        let to = today + chrono::Duration::days(OVERVIEW_DAYS_AHEAD);
+        let standing = AttemptQuery {
+            holding_only: true,
+            limit: OVERVIEW_HOLDS_MAX,
+            // Holds left standing on any day of the longest range a list takes.
+            ..AttemptQuery::between(to - chrono::Duration::days(RANGE_DAYS_MAX - 1), to)
+        };
+        let (report, history, (share, shares), holds) = tokio::try_join!(
+            self.spend(from, to),
+            self.budget_history(from, to),
+            self.shares_on(today),
+            self.spend_attempts(&standing),
+        )?;
+        let holds = holds.items;
+        Ok(BudgetOverview {
+            held_total: (holds.iter().filter_map(|h| h.attempt.hold_usd))
+                .fold(Usd::ZERO, Usd::plus),
+            settled_total: (report.days.iter().map(|d| d.used_usd)).fold(Usd::ZERO, Usd::plus),
+            dead_holds: (holds.iter())
+                .filter(|h| h.lease_expired && h.job_status != crate::model::JobStatus::Parked)
+                .count(),
+            report,
+            history,
+            share,
+            shares,
+            holds,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

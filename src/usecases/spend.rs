@@ -432,6 +432,31 @@ impl Tollgate {
     pub async fn exposure(&self) -> Result<Exposure> {
         Ok(self.store().exposure().await?)
     }
+
+    /// The admin's overview: the last `days` days ending `today`, what
+    /// parked and unanswered work holds, and the shares of today's cap
+    /// passed so far (settled costs can carry the day past a share too,
+    /// so looking records any newly passed).
+    pub async fn spend_overview(&self, today: NaiveDate, days: u32) -> Result<SpendOverview> {
+        let from = today - chrono::Duration::days(i64::from(days.max(1)) - 1);
+        let (report, exposure) = tokio::try_join!(self.spend(from, today), self.exposure())?;
+        self.note_thresholds(today).await?;
+        let passed = self.thresholds_on(today).await?;
+        Ok(SpendOverview {
+            report,
+            exposure,
+            passed,
+        })
+    }
+}
+
+/// What the admin's money page opens on (see `Tollgate::spend_overview`).
+#[derive(Clone, Debug)]
+pub struct SpendOverview {
+    /// One row per day, oldest first; the last is today.
+    pub report: SpendReport,
+    pub exposure: Exposure,
+    pub passed: Vec<crate::store::ThresholdCrossed>,
 }
 
 #[cfg(test)]

@@ -7,12 +7,12 @@
 use chrono::{Duration, Utc};
 use serde_json::json;
 use tollgate::model::{
-    ApiTokenId, AssetId, Credits, Email, JobId, JobStatus, LedgerEntryId, LedgerKind, Role, Usd,
-    UserId, WebhookEndpointId, WebhookEvent,
+    ApiTokenId, AssetId, Credits, DeliveryState, Email, JobId, JobStatus, LedgerEntryId,
+    LedgerKind, Role, Usd, UserId, WebhookEndpointId, WebhookEvent,
 };
 use tollgate::store::{
-    AttemptFilter, DeliveryFilter, JobFilter, LedgerFilter, NewApiToken, NewAsset, NewLedgerEntry,
-    NewUser, NewWebhookEndpoint, ParkedFilter, User,
+    AttemptFilter, DeliveryFilter, DeliveryOutcome, JobFilter, LedgerFilter, NewApiToken, NewAsset,
+    NewLedgerEntry, NewUser, NewWebhookEndpoint, ParkedFilter, User,
 };
 use tollgate_testkit::{both_backends, TestDb};
 
@@ -28,6 +28,7 @@ both_backends!(
     an_endpoint_is_deleted_by_its_owner_once,
     an_output_is_marked_purged_once,
     a_quiet_studio_reads_as_zero_everywhere,
+    a_delivery_is_finished_under_its_claim_and_replayed,
 );
 
 async fn person(db: &TestDb, email: &str, credits: i64) -> User {
@@ -393,4 +394,69 @@ async fn a_quiet_studio_reads_as_zero_everywhere(db: TestDb) {
     };
     assert_eq!(s.count_deliveries(&deliveries).await.unwrap(), 0);
     assert!(s.lineages_of(&[]).await.unwrap().is_empty());
+}
+
+async fn a_delivery_is_finished_under_its_claim_and_replayed(db: TestDb) {
+    let u = person(&db, "outbox@example.com", 1_000).await;
+    let s = db.store();
+    let endpoint = NewWebhookEndpoint {
+        id: WebhookEndpointId::new(),
+        user_id: u.id,
+        url: "https://hooks.example.com/cancelled".into(),
+        events: vec![WebhookEvent::Cancelled],
+        secret: format!("whsec_{}", "e".repeat(32)),
+        created_at: Utc::now(),
+    };
+    s.insert_webhook_endpoint(&endpoint).await.unwrap();
+    let ids = queued(&db, &u, 1).await;
+    s.cancel_job(ids[0], Utc::now()).await.unwrap().unwrap();
+    // The cancel wrote its announcement in its own transaction.
+    let mine = DeliveryFilter {
+        user: Some(u.id),
+        limit: 10,
+        ..Default::default()
+    };
+    let listed = s.list_deliveries(&mine).await.unwrap();
+    assert_eq!(listed.len(), 1);
+    let id = listed[0].id;
+    let read = s.delivery(id).await.unwrap().unwrap();
+    assert_eq!(
+        (read.event, read.job_id),
+        (WebhookEvent::Cancelled, Some(ids[0]))
+    );
+    assert_eq!(read.state, DeliveryState::Pending);
+
+    let claim = s
+        .claim_deliveries("node-a", 10, 30.0)
+        .await
+        .unwrap()
+        .remove(0);
+    assert_eq!(claim.delivery.id, id);
+    let done = DeliveryOutcome::Delivered { status: 204 };
+    let stale = claim.claim_token + 1;
+    assert!(!s
+        .finish_delivery(id, stale, &done, Utc::now())
+        .await
+        .unwrap());
+    assert!(s
+        .finish_delivery(id, claim.claim_token, &done, Utc::now())
+        .await
+        .unwrap());
+    let delivered = s.delivery(id).await.unwrap().unwrap();
+    assert_eq!(
+        (delivered.state, delivered.last_status),
+        (DeliveryState::Delivered, Some(204))
+    );
+
+    assert_eq!(
+        s.replay_deliveries(&[id], Utc::now()).await.unwrap(),
+        vec![id]
+    );
+    let replayed = s.delivery(id).await.unwrap().unwrap();
+    assert_eq!(
+        (replayed.state, replayed.replays),
+        (DeliveryState::Pending, 1)
+    );
+    assert_eq!(replayed.body, read.body, "a replay sends the same envelope");
+    assert_eq!(s.count_deliveries(&mine).await.unwrap(), 1);
 }

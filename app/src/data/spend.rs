@@ -388,9 +388,9 @@ pub async fn load_overview() -> Result<Overview, ServerFnError> {
     let t = engine()?;
     let emails = emails(&t).await?;
     let to = Utc::now().date_naive();
-    let from = to - chrono::Duration::days(29);
-    let report = t.spend(from, to).await.map_err(fail)?;
-    let exposure = t.exposure().await.map_err(fail)?;
+    let overview = t.spend_overview(to, 30).await.map_err(fail)?;
+    let (report, exposure) = (overview.report, overview.exposure);
+    let from = report.from;
     let today = report
         .days
         .last()
@@ -420,13 +420,7 @@ pub async fn load_overview() -> Result<Overview, ServerFnError> {
             }
         })
         .collect();
-    // Settled costs can carry the day past a share too: looking tells it.
-    t.note_thresholds(to).await.map_err(fail)?;
-    let passed = t
-        .thresholds_on(to)
-        .await
-        .map_err(fail)?
-        .iter()
+    let passed = (overview.passed.iter())
         .map(|c| format!("{}% at {} UTC", c.percent, c.crossed_at.format("%H:%M")))
         .collect();
     Ok(Overview {
@@ -451,8 +445,7 @@ pub async fn load_overview() -> Result<Overview, ServerFnError> {
 #[cfg(feature = "ssr")]
 fn forecast_words(d: &tollgate::usecases::spend::SpendDay) -> String {
     use tollgate::usecases::budget::{cap_forecast, CapForecast};
-    let booked = d.used_usd.plus(d.reserved_usd);
-    match cap_forecast(d.day, d.cap_usd, booked, chrono::Utc::now()) {
+    match cap_forecast(d.day, d.cap_usd, d.booked(), chrono::Utc::now()) {
         CapForecast::NoCap => "No cap today: nothing stops paid calls.".into(),
         CapForecast::Reached => {
             "The cap is reached: paid calls wait for tomorrow or a raise.".into()
@@ -563,59 +556,25 @@ pub async fn load_budget() -> Result<BudgetView, ServerFnError> {
     use super::ssr::*;
     use chrono::Utc;
     use convert::*;
-    use tollgate::model::Usd;
     require(Role::Admin).await?;
     let t = engine()?;
     let emails = emails(&t).await?;
     let today = Utc::now().date_naive();
-    let from = today - chrono::Duration::days(13);
-    let to = today + chrono::Duration::days(7);
-    let report = t.spend(from, to).await.map_err(fail)?;
-    let history = t.budget_history(from, to).await.map_err(fail)?;
-    let (share, shares) = t.shares_on(today).await.map_err(fail)?;
-    let holds = t
-        .spend_attempts(&tollgate::usecases::spend::AttemptQuery {
-            holding_only: true,
-            limit: 200,
-            // Holds left standing on any day of the longest range a list takes.
-            ..tollgate::usecases::spend::AttemptQuery::between(
-                to - chrono::Duration::days(tollgate::usecases::spend::RANGE_DAYS_MAX - 1),
-                to,
-            )
-        })
-        .await
-        .map_err(fail)?
-        .items;
-    let held_total = holds
-        .iter()
-        .filter_map(|h| h.attempt.hold_usd)
-        .fold(Usd::ZERO, Usd::plus);
-    let settled_total = report
-        .days
-        .iter()
-        .map(|d| d.used_usd)
-        .fold(Usd::ZERO, Usd::plus);
-    let dead_holds = holds
-        .iter()
-        .filter(|h| h.lease_expired && h.job_status != tollgate::model::JobStatus::Parked)
-        .count() as i64;
+    let o = t.budget_overview(today).await.map_err(fail)?;
     Ok(BudgetView {
         today: today.to_string(),
         default_cap: t.config().daily_cap_usd.dollars(),
         warning_percent: t.config().spend_warning_percent,
-        days: report
-            .days
-            .iter()
-            .rev()
+        days: (o.report.days.iter().rev())
             .map(|d| day_row(d, &emails))
             .collect(),
-        history: history.iter().map(change_row).collect(),
-        holds: holds.iter().map(hold_row).collect(),
-        held_total: held_total.dollars(),
-        dead_holds,
-        settled_total: settled_total.dollars(),
+        history: o.history.iter().map(change_row).collect(),
+        holds: o.holds.iter().map(hold_row).collect(),
+        held_total: o.held_total.dollars(),
+        dead_holds: o.dead_holds as i64,
+        settled_total: o.settled_total.dollars(),
         share_percent: t.config().user_share_percent,
-        share: share.dollars(),
-        spenders: shares.iter().map(spender_row).collect(),
+        share: o.share.dollars(),
+        spenders: o.shares.iter().map(spender_row).collect(),
     })
 }
