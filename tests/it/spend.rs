@@ -233,7 +233,10 @@ async fn racing_paid_calls_with_retries_and_a_dearer_fallback_never_pass_the_cap
 /// finish (the money is spent either way), but nothing new is sent, not a
 /// retry of the ones that fail and not a new job.
 async fn a_halt_while_calls_are_in_flight_sends_nothing_new(db: TestDb) {
-    let m = mock(800, "0.100000").await;
+    // Each call is held 3 s, so all twenty are in flight together even on
+    // a busy machine (the suite's other tests share its two cores): the
+    // halt must come before any answer, or a retry, could.
+    let m = mock(3000, "0.100000").await;
     let db = db
         .with_config(&model("m", &m, "0.10", "default = true\nattempts = 3"))
         .await;
@@ -251,7 +254,7 @@ async fn a_halt_while_calls_are_in_flight_sends_nothing_new(db: TestDb) {
     let engine = tollgate::engine::start(db.tollgate.clone(), 20);
     wait_until(
         "twenty calls in flight",
-        Duration::from_secs(4),
+        Duration::from_secs(30),
         async || (predictions(&m).await == 20).then_some(()),
     )
     .await;
