@@ -221,6 +221,18 @@ impl Backend {
     /// was already terminal.
     pub async fn cancel_job(&self, id: JobId, at: DateTime<Utc>) -> StoreResult<Option<Job>> {
         let mut tx = self.writer.begin().await?;
+        // Queued behind a run's unit on the same row (PostgreSQL): a unit
+        // that writes an attempt down before its call commits first, so the
+        // look for unanswered calls below, a statement of its own, sees it.
+        // Without the lock the cancel could miss it, end the job, and leave
+        // the call `submitting` with nobody to look (the chaos run found it).
+        sqlx::query(&format!(
+            "SELECT id FROM jobs WHERE id = $1 {}",
+            for_update!()
+        ))
+        .bind(id.0)
+        .fetch_optional(&mut *tx)
+        .await?;
         // First, so the cancel below sees the record and keeps the hold.
         let parked = super::within::park_in_flight_in(&mut tx, id, at).await?;
         let sql = format!(
@@ -239,7 +251,7 @@ impl Backend {
         let job = job_from_row(&row)?;
         let outbox = super::within::write_outbox(&mut tx, self.envelope, &job, at).await?;
         tx.commit().await?;
-        self.committed(Purpose::Other, 3 + parked + outbox);
+        self.committed(Purpose::Other, 4 + parked + outbox);
         Ok(Some(job))
     }
 
