@@ -112,6 +112,16 @@ test.describe.serial('review', () => {
     await expect(page.getByTestId('recorded')).toContainText('recovery_claimed');
     await shot(page, '43-review-recovered');
 
+    // Closed records are a filter away, each with the decision that closed it.
+    await page.goto('/review?state=closed');
+    const closed = page.getByTestId('queue-row').filter({ hasText: jobId.slice(0, 8) });
+    await expect(closed.getByTestId('queue-decided')).toHaveText(`Resume status checks (${REVIEWER.email})`);
+    await shot(page, '43-review-closed');
+    await page.setViewportSize({ width: 390, height: 844 });
+    await expect(closed.getByTestId('queue-decided')).toBeVisible();
+    expect(await page.evaluate(() => document.documentElement.scrollWidth)).toBeLessThanOrEqual(390);
+    await shot(page, '43-review-closed-390');
+
     const after = await (await request.get(`${MOCK}/_mock/stats`)).json();
     expect(after.by_idempotency_key[`${jobId}:1`]).toBe(1);
   });

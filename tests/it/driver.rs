@@ -7,8 +7,8 @@
 use chrono::{Duration, Utc};
 use serde_json::json;
 use tollgate::model::{
-    ApiTokenId, AssetId, Credits, DeliveryState, Email, JobId, JobStatus, LedgerEntryId,
-    LedgerKind, Role, Usd, UserId, WebhookEndpointId, WebhookEvent,
+    ApiTokenId, AssetId, Credits, DeliveryState, Email, Happening, JobId, JobRequest, JobStatus,
+    LedgerEntryId, LedgerKind, Role, Usd, UserId, WebhookEndpointId, WebhookEvent,
 };
 use tollgate::store::{
     AttemptFilter, DeliveryFilter, DeliveryOutcome, JobFilter, LedgerFilter, NewApiToken, NewAsset,
@@ -29,6 +29,9 @@ both_backends!(
     an_output_is_marked_purged_once,
     a_quiet_studio_reads_as_zero_everywhere,
     a_delivery_is_finished_under_its_claim_and_replayed,
+    an_observation_lands_on_the_timeline_and_changes_nothing_else,
+    retention_keeps_what_a_person_s_live_jobs_name,
+    a_repair_of_an_unreviewed_version_is_charged,
 );
 
 async fn person(db: &TestDb, email: &str, credits: i64) -> User {
@@ -459,4 +462,83 @@ async fn a_delivery_is_finished_under_its_claim_and_replayed(db: TestDb) {
     );
     assert_eq!(replayed.body, read.body, "a replay sends the same envelope");
     assert_eq!(s.count_deliveries(&mine).await.unwrap(), 1);
+}
+
+/// `note_event` (a run that found its claim gone says so): the observation
+/// is on the timeline, after what was there, and the job is as it was.
+async fn an_observation_lands_on_the_timeline_and_changes_nothing_else(db: TestDb) {
+    let u = person(&db, "observed@example.com", 1_000).await;
+    let job = queued(&db, &u, 1).await[0];
+    let s = db.store();
+    let before = s.job(job).await.unwrap().unwrap();
+    let lease_before = s.job_lease(job).await.unwrap();
+    let events_before = db.history(job).await;
+    let lost = Happening::LeaseLost { token: 7 };
+    s.note_event(job, &lost, Utc::now()).await.unwrap();
+    let events = db.history(job).await;
+    assert_eq!(events.len(), events_before.len() + 1);
+    let last = events.last().unwrap();
+    assert_eq!((last.job_id, &last.happening), (job, &lost));
+    assert!(
+        events_before.iter().all(|e| e.id < last.id),
+        "kept in order"
+    );
+    let after = s.job(job).await.unwrap().unwrap();
+    assert_eq!(
+        (after.status, after.credits, after.completed_at),
+        (before.status, before.credits, before.completed_at)
+    );
+    assert_eq!(s.job_lease(job).await.unwrap(), lease_before);
+    // On a job that is not there, an error, and nothing written.
+    assert!(s.note_event(JobId::new(), &lost, Utc::now()).await.is_err());
+}
+
+/// `kept_requests`: retention keeps the uploads named by a person's jobs
+/// that have not aged out (live, or ended after the cutoff), since a day.
+async fn retention_keeps_what_a_person_s_live_jobs_name(db: TestDb) {
+    let u = person(&db, "keeps@example.com", 1_000).await;
+    let other = person(&db, "someone-else@example.com", 1_000).await;
+    let jobs = queued(&db, &u, 2).await;
+    queued(&db, &other, 1).await;
+    db.tollgate.cancel_job(&u, jobs[1]).await.unwrap();
+    let s = db.store();
+    let prompts = |kept: Vec<JobRequest>| -> Vec<String> {
+        let mut p: Vec<String> = kept
+            .into_iter()
+            .map(|r| match r {
+                JobRequest::Video(v) => v.prompt,
+                JobRequest::ImageEdit(e) => panic!("an edit nobody ordered: {e:?}"),
+            })
+            .collect();
+        p.sort();
+        p
+    };
+    let yesterday = Utc::now() - Duration::days(1);
+    let long_ago = Utc::now() - Duration::days(365);
+    let soon = Utc::now() + Duration::minutes(1);
+    // Both are kept while the cutoff is before the cancel.
+    let kept = s.kept_requests(u.id, yesterday, long_ago).await.unwrap();
+    assert_eq!(prompts(kept), ["clip 0", "clip 1"]);
+    // The cancelled one ended before a later cutoff: only the queued one.
+    let kept = s.kept_requests(u.id, yesterday, soon).await.unwrap();
+    assert_eq!(prompts(kept), ["clip 0"]);
+    // Nothing created since a later day; nobody's jobs but the person's.
+    assert!(s
+        .kept_requests(u.id, soon, long_ago)
+        .await
+        .unwrap()
+        .is_empty());
+    let theirs = s.kept_requests(other.id, yesterday, soon).await.unwrap();
+    assert_eq!(prompts(theirs), ["clip 0"]);
+}
+
+/// `repair_is_free`: only a version whose review found issues is repaired
+/// on the studio (the flagged case is in `repairs`); a version with no
+/// review is charged, and a version that is not there is an error.
+async fn a_repair_of_an_unreviewed_version_is_charged(db: TestDb) {
+    let u = person(&db, "unreviewed@example.com", 1_000).await;
+    let job = queued(&db, &u, 1).await[0];
+    let s = db.store();
+    assert!(!s.repair_is_free(job).await.unwrap());
+    assert!(s.repair_is_free(JobId::new()).await.is_err());
 }

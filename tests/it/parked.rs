@@ -118,23 +118,8 @@ async fn parked_job_holding(
         .unwrap()
         .job;
     let claim = claim_one(db, job.id).await;
-    let a = AttemptId::new();
-    let mut ops = vec![Op::BeginAttempt(NewAttempt {
-        id: a,
-        job_id: job.id,
-        purpose: AttemptPurpose::Generate,
-        provider: "http".into(),
-        endpoint: Some("http://127.0.0.1:9".into()),
-        model: "local-clip".into(),
-        attempt_no: 1,
-        idempotency_key: format!("{}:1", job.id),
-        hold: Some(Hold {
-            day: Utc::now().date_naive(),
-            amount: usd(hold),
-            default_cap: usd("50"),
-        }),
-        started_at: Utc::now(),
-    })];
+    let (a, first) = first_call(job.id, hold);
+    let mut ops = vec![first];
     let provider_job_id = (stage != ParkedStage::SubmissionUncertain).then(|| "pred_1".to_string());
     if let Some(id) = &provider_job_id {
         ops.push(Op::Submitted {
@@ -165,6 +150,29 @@ async fn parked_job_holding(
     assert!(matches!(applied, Applied::Done(_)), "{applied:?}");
     let record = db.store().parked_for_job(job.id).await.unwrap().unwrap();
     (job.id, record)
+}
+
+/// A run's first call to the provider, written down before it is sent,
+/// holding `hold` dollars of today's budget.
+fn first_call(job: JobId, hold: &str) -> (AttemptId, Op) {
+    let a = AttemptId::new();
+    let op = Op::BeginAttempt(NewAttempt {
+        id: a,
+        job_id: job,
+        purpose: AttemptPurpose::Generate,
+        provider: "http".into(),
+        endpoint: Some("http://127.0.0.1:9".into()),
+        model: "local-clip".into(),
+        attempt_no: 1,
+        idempotency_key: format!("{job}:1"),
+        hold: Some(Hold {
+            day: Utc::now().date_naive(),
+            amount: usd(hold),
+            default_cap: usd("50"),
+        }),
+        started_at: Utc::now(),
+    });
+    (a, op)
 }
 
 /// Claims `job` (and only it) for a test worker.
@@ -1399,6 +1407,83 @@ async fn a_cancel_while_the_call_is_unanswered_parks_it_for_a_reviewer(db: TestD
     let day = t.budget(today).await.unwrap();
     assert_eq!((day.used_usd, day.reserved_usd), (Usd::ZERO, Usd::ZERO));
     assert_eq!(balance(&db, &p.owner).await, Credits(100), "refunded once");
+}
+
+/// A cancel that arrives while a run's unit is writing its first call down
+/// waits for the unit and parks the call it wrote: one open
+/// submission_uncertain record keeping its hold, never a cancelled job whose
+/// call is left `submitting` with nobody to look (the chaos run found that
+/// once). PostgreSQL only: SQLite has one writer, so a unit and a cancel
+/// never overlap there. Deterministic: a lock the test holds on the job's
+/// row queues the unit, then the cancel, behind it, and is let go.
+#[tokio::test]
+async fn postgres_a_cancel_behind_a_unit_parks_the_call_the_unit_wrote() {
+    let db = TestDb::postgres().await;
+    let p = people(&db).await;
+    let body = json!({"kind": "video", "prompt": "raced", "duration_s": 2, "resolution": "720p"});
+    let t = &db.tollgate;
+    let job = t.submit_job(&p.owner, None, Some("raced"), &body).await;
+    let job = job.unwrap().job.id;
+    let claim = claim_one(&db, job).await;
+    let watcher = sqlx::PgPool::connect(&db.url).await.unwrap();
+    let mut gate = watcher.begin().await.unwrap();
+    sqlx::query("SELECT id FROM jobs WHERE id = $1 FOR UPDATE")
+        .bind(job.0)
+        .fetch_one(&mut *gate)
+        .await
+        .unwrap();
+    // How many of the store's statements wait on a lock, seen from outside.
+    let waiting = async |n: i64| {
+        let sql = "SELECT count(*) FROM pg_stat_activity \
+                   WHERE datname = current_database() AND wait_event_type = 'Lock'";
+        wait_until(
+            &format!("{n} waiting on the job's row"),
+            Duration::from_secs(10),
+            async || {
+                let now: i64 = sqlx::query_scalar(sql).fetch_one(&watcher).await.unwrap();
+                (now >= n).then_some(())
+            },
+        )
+        .await
+    };
+    let (attempt, op) = first_call(job, "0.04");
+    let unit = tokio::spawn({
+        let t = t.clone();
+        let ops = vec![op];
+        async move {
+            t.store()
+                .apply_one(Unit {
+                    job,
+                    token: claim.token,
+                    ops,
+                })
+                .await
+        }
+    });
+    waiting(1).await;
+    let cancel = tokio::spawn({
+        let (t, owner) = (t.clone(), p.owner.clone());
+        async move { t.cancel_job(&owner, job).await }
+    });
+    waiting(2).await;
+    gate.commit().await.unwrap();
+    let applied = unit.await.unwrap().unwrap();
+    assert!(matches!(applied, Applied::Done(_)), "{applied:?}");
+    let cancelled = cancel.await.unwrap().unwrap();
+    assert_eq!(cancelled.status, JobStatus::Cancelled);
+    let record = db.store().parked_for_job(job).await.unwrap();
+    let record = record.expect("the call the unit wrote is parked");
+    assert_eq!(
+        (record.stage, record.state, record.attempt_id),
+        (
+            ParkedStage::SubmissionUncertain,
+            ParkedState::Open,
+            Some(attempt)
+        )
+    );
+    assert_eq!(record.hold_usd, Some(usd("0.04")), "the hold stays");
+    let today = t.budget(Utc::now().date_naive()).await.unwrap();
+    assert_eq!(today.reserved_usd, usd("0.04"));
 }
 
 /// A cancel after a recovery was approved (the job queued for it) ends that

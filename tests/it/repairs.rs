@@ -487,6 +487,10 @@ async fn a_flagged_result_is_repaired_once_for_free(db: TestDb) {
     let credits = original["credits"].as_i64().unwrap();
     assert!(credits > 0);
     let path = repairs_of(&original["id"]);
+    let version: tollgate::model::JobId = original["id"].as_str().unwrap().parse().unwrap();
+    // What the store judges before each repair, as `submit_repair` will.
+    let free_next = async || a.db.store().repair_is_free(version).await.unwrap();
+    assert!(free_next().await, "a flagged result's first repair is free");
     let before = a.balance(&u).await;
     let (s, free) = a
         .post(
@@ -502,6 +506,7 @@ async fn a_flagged_result_is_repaired_once_for_free(db: TestDb) {
     assert_eq!(a.balance(&u).await, before, "nothing paid");
     assert!(waived(&a, &free).await);
     // While the free one is live, the next repair is charged.
+    assert!(!free_next().await);
     let (s, paid) = a
         .post(
             &token,
@@ -526,6 +531,10 @@ async fn a_flagged_result_is_repaired_once_for_free(db: TestDb) {
         assert_eq!(c["lineage"]["repairs_left"], 1, "{c}");
     }
     assert_eq!(a.balance(&u).await, before - credits);
+    assert!(
+        free_next().await,
+        "the cancelled free repair's slot is back"
+    );
     let (s, again) = a
         .post(
             &token,
@@ -536,6 +545,7 @@ async fn a_flagged_result_is_repaired_once_for_free(db: TestDb) {
         .await;
     assert_eq!(s, StatusCode::CREATED, "{again}");
     assert!(waived(&a, &again).await);
+    assert!(!free_next().await);
     let (s, full) = a
         .post(&token, &path, Some("r4"), &json!({"instruction": "more"}))
         .await;
