@@ -942,9 +942,9 @@ mod retention {
     //! backends and both object stores.
     use super::*;
     use chrono::{Duration, Utc};
-    use tollgate::model::{AssetId, JobId, ParkedStage, Purpose};
+    use tollgate::model::{AssetId, JobId, ParkedStage};
     use tollgate::storage::ObjectKey;
-    use tollgate::store::{Hold, NewAttempt, NewParked};
+    use tollgate::store::NewParked;
     use tollgate::usecases::parked::DecisionRequest;
     use tollgate::usecases::retention::Purged;
 
@@ -1006,43 +1006,10 @@ mod retention {
 
     /// Parks `job` (claimed by the test) with one uncertain attempt.
     async fn park(db: &TestDb, job: JobId) {
-        let claim = loop {
-            let mut mine = None;
-            for c in db.store().claim_jobs("test", 10, 60.0).await.unwrap() {
-                if c.job.id == job {
-                    mine = Some(c);
-                } else {
-                    // Others go back to the queue.
-                    let back = Unit {
-                        job: c.job.id,
-                        token: c.token,
-                        ops: vec![Op::Release],
-                    };
-                    db.store().apply_one(back).await.unwrap();
-                }
-            }
-            if let Some(c) = mine {
-                break c;
-            }
-        };
-        let a = tollgate::model::AttemptId::new();
+        let claim = crate::parked::claim_one(db, job).await;
+        let (a, first) = crate::parked::first_call(job, "0.04");
         let ops = vec![
-            Op::BeginAttempt(NewAttempt {
-                id: a,
-                job_id: job,
-                purpose: Purpose::Generate,
-                provider: "http".into(),
-                endpoint: Some("http://127.0.0.1:9".into()),
-                model: "local-clip".into(),
-                attempt_no: 1,
-                idempotency_key: format!("{job}:1"),
-                hold: Some(Hold {
-                    day: Utc::now().date_naive(),
-                    amount: tollgate::model::Usd::parse("0.04").unwrap(),
-                    default_cap: tollgate::model::Usd::parse("50").unwrap(),
-                }),
-                started_at: Utc::now(),
-            }),
+            first,
             Op::Park(NewParked {
                 stage: ParkedStage::SubmissionUncertain,
                 evidence: ParkedEvidence::because("a test parks it"),

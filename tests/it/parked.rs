@@ -154,7 +154,7 @@ async fn parked_job_holding(
 
 /// A run's first call to the provider, written down before it is sent,
 /// holding `hold` dollars of today's budget.
-fn first_call(job: JobId, hold: &str) -> (AttemptId, Op) {
+pub(crate) fn first_call(job: JobId, hold: &str) -> (AttemptId, Op) {
     let a = AttemptId::new();
     let op = Op::BeginAttempt(NewAttempt {
         id: a,
@@ -176,7 +176,7 @@ fn first_call(job: JobId, hold: &str) -> (AttemptId, Op) {
 }
 
 /// Claims `job` (and only it) for a test worker.
-async fn claim_one(db: &TestDb, job: JobId) -> Claim {
+pub(crate) async fn claim_one(db: &TestDb, job: JobId) -> Claim {
     for _ in 0..50 {
         let claims = db
             .store()
