@@ -17,6 +17,7 @@ use aws_sdk_s3::config::{BehaviorVersion, Credentials, Region};
 use aws_sdk_s3::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::Client;
+use aws_smithy_http_client::tls;
 use bytes::Bytes;
 use std::collections::HashMap;
 use std::fmt;
@@ -142,8 +143,14 @@ impl fmt::Debug for S3Store {
 impl S3Store {
     /// Builds the client; does not contact the store (see [`S3Store::ping`]).
     pub fn new(spec: S3Spec, credentials: Credentials) -> S3Store {
+        let https = aws_smithy_http_client::Builder::new()
+            .tls_provider(tls::Provider::Rustls(
+                tls::rustls_provider::CryptoMode::Ring,
+            ))
+            .build_https();
         let mut config = aws_sdk_s3::config::Builder::new()
             .behavior_version(BehaviorVersion::latest())
+            .http_client(https)
             .region(Region::new(spec.region.clone()))
             .credentials_provider(credentials)
             // A dead endpoint should fail a request soon, not hang it.
