@@ -38,13 +38,20 @@ build_site() {
   cp -R "$ROOT/public/." "$SITE_ROOT/"
 }
 
-# Builds the server binaries with the given cargo profile flag ("" or --release),
-# in one cargo invocation: one feature set for both, so the dependencies they
-# share are built once (two invocations built most of them twice).
+# Builds server binaries with the given cargo profile flag ("" or --release):
+# the ones named after it, or the server and the mock provider. Always the
+# same packages and one feature set, in one cargo invocation, so whatever
+# builds them (scripts/run, scripts/test, scripts/chaos) shares every
+# dependency already built (two feature sets built most of them twice).
 build_server() {
-  say "building the server ${1:-(debug)}"
+  local profile="${1:-}"
+  [ $# -gt 0 ] && shift
+  local names=("$@") bins=() b
+  [ ${#names[@]} -gt 0 ] || names=(tollgate tollgate-mock-provider)
+  for b in "${names[@]}"; do bins+=(--bin "$b"); done
+  say "building ${names[*]} ${profile:-(debug)}"
   (cd "$ROOT" && cargo build -p tollgate-app -p tollgate --features tollgate-app/ssr \
-    --bin tollgate --bin tollgate-mock-provider ${1:-})
+    "${bins[@]}" $profile)
 }
 
 # Starts a throwaway PostgreSQL from Debian's binaries, as the postgres user
