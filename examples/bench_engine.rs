@@ -25,7 +25,7 @@ use serde_json::json;
 use std::collections::HashMap;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use tollgate::model::{Credits, JobStatus, Role};
+use tollgate::model::{AssetId, Credits, JobStatus, Role};
 use tollgate::store::{Backend, User};
 use tollgate_testkit::TestDb;
 
@@ -78,9 +78,7 @@ async fn submit(db: &TestDb, u: &User, n: usize) -> f64 {
         let source = source.id;
         tasks.push(tokio::spawn(async move {
             for i in (c..n).step_by(16) {
-                let body = json!({"kind": "image_edit", "source": source,
-                    "target": {"kind": "pet"}, "style": "embroidery", "strength": "balanced"});
-                t.submit_job(&u, None, Some(&format!("bench-{i}")), &body)
+                t.submit_job(&u, None, Some(&format!("bench-{i}")), &edit(source))
                     .await
                     .unwrap();
             }
@@ -103,6 +101,29 @@ async fn person(db: &TestDb) -> User {
         .await
         .unwrap();
     u
+}
+
+/// A fresh database whose model calls the mock at `mock`, a person with
+/// credits, their API token, and the benchmark's photograph as their upload.
+async fn with_photo(backend: Backend, mock: &str) -> (TestDb, String, AssetId) {
+    let db = TestDb::new(backend)
+        .await
+        .with_config(&model_toml(mock, "poll_ms = 2"))
+        .await;
+    let u = person(&db).await;
+    let (_, token) = db.tollgate.create_api_token(&u, "bench").await.unwrap();
+    let source = db
+        .tollgate
+        .upload_asset(&u, Some("image/jpeg"), photo().into())
+        .await
+        .unwrap();
+    (db, token, source.id)
+}
+
+/// The body of one image edit of `source`.
+fn edit(source: AssetId) -> serde_json::Value {
+    json!({"kind": "image_edit", "source": source, "target": {"kind": "pet"},
+        "style": "embroidery", "strength": "balanced"})
 }
 
 async fn count(db: &TestDb, status: JobStatus) -> i64 {
@@ -273,17 +294,7 @@ async fn drain(
     jobs: usize,
     workers: usize,
 ) -> (f64, String, TestDb) {
-    let db = TestDb::new(backend)
-        .await
-        .with_config(&model_toml(mock, "poll_ms = 2"))
-        .await;
-    let u = person(&db).await;
-    let (_, token) = db.tollgate.create_api_token(&u, "bench").await.unwrap();
-    let source = db
-        .tollgate
-        .upload_asset(&u, Some("image/jpeg"), photo().into())
-        .await
-        .unwrap();
+    let (db, token, source) = with_photo(backend, mock).await;
     let (mut web, base, _) = node(bin, &db, "web", workers).await;
     let mut tasks = Vec::new();
     for c in 0..16 {
@@ -295,8 +306,7 @@ async fn drain(
                     .post(format!("{base}/v1/jobs"))
                     .bearer_auth(&token)
                     .header("Idempotency-Key", format!("drain-{i}"))
-                    .json(&json!({"kind": "image_edit", "source": source.id,
-                        "target": {"kind": "pet"}, "style": "embroidery", "strength": "balanced"}))
+                    .json(&edit(source))
                     .send()
                     .await
                     .unwrap();
@@ -499,17 +509,7 @@ async fn claim_delays(layout: Layout, bin: &str, mock: &str, jobs: usize) -> (Ve
         Layout::One(b) => b,
         Layout::WebAndWorker => Backend::Postgres,
     };
-    let db = TestDb::new(backend)
-        .await
-        .with_config(&model_toml(mock, "poll_ms = 2"))
-        .await;
-    let u = person(&db).await;
-    let (_, token) = db.tollgate.create_api_token(&u, "bench").await.unwrap();
-    let source = db
-        .tollgate
-        .upload_asset(&u, Some("image/jpeg"), photo().into())
-        .await
-        .unwrap();
+    let (db, token, source) = with_photo(backend, mock).await;
     let mut nodes = Vec::new();
     let role = match layout {
         Layout::One(_) => "all",
@@ -528,8 +528,7 @@ async fn claim_delays(layout: Layout, bin: &str, mock: &str, jobs: usize) -> (Ve
             .post(format!("{base}/v1/jobs"))
             .bearer_auth(&token)
             .header("Idempotency-Key", format!("start-{i}"))
-            .json(&json!({"kind": "image_edit", "source": source.id,
-                "target": {"kind": "pet"}, "style": "embroidery", "strength": "balanced"}))
+            .json(&edit(source))
             .send()
             .await
             .unwrap();
