@@ -126,6 +126,23 @@ fn edit(source: AssetId) -> serde_json::Value {
         "style": "embroidery", "strength": "balanced"})
 }
 
+/// `POST /v1/jobs` of one image edit of `source` under `key`.
+async fn submit_edit(
+    http: &reqwest::Client,
+    base: &str,
+    token: &str,
+    key: &str,
+    source: AssetId,
+) -> reqwest::Response {
+    http.post(format!("{base}/v1/jobs"))
+        .bearer_auth(token)
+        .header("Idempotency-Key", key)
+        .json(&edit(source))
+        .send()
+        .await
+        .unwrap()
+}
+
 async fn count(db: &TestDb, status: JobStatus) -> i64 {
     let m = db.store().metrics_snapshot().await.unwrap();
     m.jobs_by_status
@@ -302,14 +319,7 @@ async fn drain(
         tasks.push(tokio::spawn(async move {
             let http = reqwest::Client::new();
             for i in (c..jobs).step_by(16) {
-                let r = http
-                    .post(format!("{base}/v1/jobs"))
-                    .bearer_auth(&token)
-                    .header("Idempotency-Key", format!("drain-{i}"))
-                    .json(&edit(source))
-                    .send()
-                    .await
-                    .unwrap();
+                let r = submit_edit(&http, &base, &token, &format!("drain-{i}"), source).await;
                 assert_eq!(r.status(), 201);
             }
         }));
@@ -524,14 +534,7 @@ async fn claim_delays(layout: Layout, bin: &str, mock: &str, jobs: usize) -> (Ve
     let http = reqwest::Client::new();
     let mut answered = HashMap::new();
     for i in 0..jobs {
-        let r = http
-            .post(format!("{base}/v1/jobs"))
-            .bearer_auth(&token)
-            .header("Idempotency-Key", format!("start-{i}"))
-            .json(&edit(source))
-            .send()
-            .await
-            .unwrap();
+        let r = submit_edit(&http, &base, &token, &format!("start-{i}"), source).await;
         let at = epoch_s();
         assert_eq!(r.status(), 201);
         let job: serde_json::Value = r.json().await.unwrap();
