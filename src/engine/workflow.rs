@@ -143,14 +143,19 @@ async fn readiness(run: &mut Run<'_>) -> StoreResult<Next> {
     }
     let size = photo.len() + mask.as_ref().map_or(0, Vec::len);
     let checked = on_cpu(run.t, size, move || {
-        let img = local::decode(&photo)?;
-        local::check(&img, kind, &description, mask.as_deref())
+        let looked = local::memo::looked(&photo, kind, &description, mask.as_deref())?;
+        let target = looked.target.as_ref();
+        Ok::<_, String>(
+            target
+                .map(|t| (t.fraction, t.observation.clone()))
+                .map_err(Clone::clone),
+        )
     })
     .await?;
     Ok(match checked {
-        Ok(Ok(ready)) => {
-            let fraction = (ready.fraction * 1000.0).round() / 1000.0;
-            record_readiness(run, fraction, ready.observation);
+        Ok(Ok((fraction, observation))) => {
+            let fraction = (fraction * 1000.0).round() / 1000.0;
+            record_readiness(run, fraction, observation);
             Next::Continue
         }
         Ok(Err(not_ready)) => Next::Fail(JobFailure::not_ready(
@@ -206,12 +211,12 @@ async fn review(run: &mut Run<'_>) -> StoreResult<Next> {
         .map(|b| b.as_ref().map_or(0, Vec::len))
         .sum();
     let reviewed = on_cpu(run.t, size, move || {
-        let photo = local::decode(&photo.ok_or("the photo is gone")?)?;
-        let out = image::load_from_memory(&out.ok_or("the output is gone")?)
-            .map_err(|e| e.to_string())?
-            .to_rgb8();
-        let region = local::selection(&photo, kind, &description, mask.as_deref())?;
-        Ok::<_, String>(local::review(&photo, &out, &region))
+        let photo = photo.ok_or("the photo is gone")?;
+        let looked = local::memo::looked(&photo, kind, &description, mask.as_deref())?;
+        // Decoded within the limits, and once: the check for a plainly
+        // broken output decoded it a moment ago.
+        let out = local::memo::decoded(&out.ok_or("the output is gone")?)?;
+        Ok::<_, String>(local::review(&looked.photo, &out, &looked.region()?))
     })
     .await?;
     let review = match reviewed {
@@ -311,20 +316,17 @@ async fn compare_on_cpu(
         .map(|b| b.as_ref().map_or(0, Vec::len))
         .sum();
     let compared = on_cpu(run.t, size, move || {
-        let photo = local::decode(&photo.ok_or("the photo is gone")?)?;
-        let load = |b: Option<Vec<u8>>, what: &str| -> Result<image::RgbImage, String> {
-            Ok(
-                image::load_from_memory(&b.ok_or(format!("the {what} is gone"))?)
-                    .map_err(|e| format!("cannot decode the {what}: {e}"))?
-                    .to_rgb8(),
-            )
+        let photo = photo.ok_or("the photo is gone")?;
+        let looked = local::memo::looked(&photo, kind, &description, mask.as_deref())?;
+        let load = |b: Option<Vec<u8>>, what: &str| {
+            local::memo::decoded(&b.ok_or(format!("the {what} is gone"))?)
+                .map_err(|e| format!("cannot decode the {what}: {e}"))
         };
         let previous = load(previous, "previous version")?;
         let candidate = load(candidate, "candidate")?;
-        let region = local::selection(&photo, kind, &description, mask.as_deref())?;
         Ok::<_, String>(local::compare(
-            &photo,
-            &region,
+            &looked.photo,
+            &looked.region()?,
             &previous,
             &candidate,
             direction(&instruction),
@@ -402,13 +404,8 @@ async fn checked_readiness(
             let (kind, description) = (edit.target.kind, edit.target.description.clone());
             let size = photo.len() + mask.as_ref().map_or(0, Vec::len);
             let fraction = on_cpu(run.t, size, move || {
-                let img = local::decode(&photo)?;
-                Ok::<_, String>(local::fraction(&local::selection(
-                    &img,
-                    kind,
-                    &description,
-                    mask.as_deref(),
-                )?))
+                let looked = local::memo::looked(&photo, kind, &description, mask.as_deref())?;
+                Ok::<_, String>(local::fraction(&looked.region()?))
             })
             .await?
             .unwrap_or(0.0);

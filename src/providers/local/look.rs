@@ -97,8 +97,19 @@ pub fn target_region(
     description: &str,
     mask: Option<&GrayImage>,
 ) -> Result<GrayImage, String> {
-    match look(photo, target, description, mask) {
-        Ok(t) => Ok(t.region),
+    region_of(&look(photo, target, description, mask), photo, target, mask)
+}
+
+/// The region of a look already made: the target's, or when the look
+/// refused, the painted mask or the plain finder's.
+pub fn region_of(
+    looked: &Result<Target, NotReady>,
+    photo: &RgbImage,
+    target: TargetKind,
+    mask: Option<&GrayImage>,
+) -> Result<GrayImage, String> {
+    match looked {
+        Ok(t) => Ok(t.region.clone()),
         Err(_) if target == TargetKind::Area => Ok(mask.cloned().unwrap_or_default()),
         Err(_) => region(photo, target, None),
     }

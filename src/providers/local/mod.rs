@@ -8,6 +8,7 @@
 
 pub mod detect;
 pub mod look;
+pub mod memo;
 pub mod sanity;
 
 use super::{
@@ -49,18 +50,18 @@ impl LocalProvider {
 fn render_input(input: Input) -> Result<(Vec<u8>, &'static str), String> {
     match input.request {
         JobRequest::ImageEdit(edit) => {
-            let img = decode(&input.photo.ok_or("the photo is gone")?)?;
-            let region = selection(
-                &img,
+            let looked = memo::looked(
+                &input.photo.ok_or("the photo is gone")?,
                 edit.target.kind,
                 &edit.target.description,
                 input.mask.as_deref(),
             )?;
+            let (img, region) = (&looked.photo, looked.region()?);
             let out = match (input.instruction.as_deref(), input.previous.as_deref()) {
                 (Some(instruction), Some(previous)) => {
-                    let previous = at_size_of(&img, previous)?;
+                    let previous = at_size_of(img, previous)?;
                     repair(
-                        &img,
+                        img,
                         &region,
                         &edit.style,
                         edit.strength,
@@ -68,7 +69,7 @@ fn render_input(input: Input) -> Result<(Vec<u8>, &'static str), String> {
                         crate::model::direction(instruction),
                     )
                 }
-                _ => render(&img, &region, &edit.style, edit.strength),
+                _ => render(img, &region, &edit.style, edit.strength),
             };
             Ok((encode_png(&out)?, "image/png"))
         }

@@ -6,7 +6,8 @@
 //! Anything short of plainly broken is delivered, and the review after
 //! says what it found.
 
-use super::{decode, decode_limits};
+use super::decode_limits;
+use super::memo::decoded;
 use image::RgbImage;
 use std::io::Cursor;
 
@@ -46,11 +47,11 @@ pub fn plainly_broken(photo: &[u8], output: &[u8]) -> Option<String> {
             ));
         }
     }
-    let out = match decode(output) {
+    let out = match decoded(output) {
         Ok(img) => img,
         Err(e) => return Some(format!("the result could not be read as an image ({e})")),
     };
-    if is_flat(&out) && !decode(photo).is_ok_and(|p| is_flat(&p)) {
+    if is_flat(&out) && !decoded(photo).is_ok_and(|p| is_flat(&p)) {
         return Some("the result is one flat colour, with nothing of the photo in it".into());
     }
     None
@@ -203,7 +204,10 @@ mod tests {
                 continue;
             }
             let bytes = std::fs::read(&path).unwrap();
-            assert!(!is_flat(&decode(&bytes).unwrap()), "{path:?} read as flat");
+            assert!(
+                !is_flat(&super::super::decode(&bytes).unwrap()),
+                "{path:?} read as flat"
+            );
             assert_eq!(plainly_broken(&bytes, &bytes), None, "{path:?}");
             seen += 1;
         }
