@@ -1,7 +1,7 @@
 //! Execution: one dispatcher per node claims jobs (leased, fenced) in
 //! batches sized to its free run slots, runs each job's steps (`workflow`;
 //! a completed step is never run again, and the paid `generate` step is the
-//! attempt runner, `runner`), heartbeats every lease it holds in one write,
+//! attempt runner, `runner`), heartbeats its node lease (every job it holds),
 //! and gives held jobs back on shutdown; one committer applies the runs'
 //! units of work in group commits; and a sweeper repairs lost wake-ups by
 //! ringing for queued work on a schedule. No transaction is held across a
@@ -96,6 +96,9 @@ pub fn start(tollgate: Tollgate, workers: usize) -> EngineHandle {
                         Ok(0) => {}
                         Ok(n) => tracing::warn!(holds = n, "settled holds left on finished jobs"),
                         Err(e) => tracing::warn!(error = %e, "settling left-over holds failed"),
+                    }
+                    if let Err(e) = sweeper.store().forget_stopped_nodes().await {
+                        tracing::warn!(error = %e, "forgetting stopped nodes' leases failed");
                     }
                 }
                 _ = sweeper_stop.changed() => break,
@@ -256,9 +259,9 @@ async fn start_runs(
     }
 }
 
-/// One write per beat extends every lease this node holds, however many
-/// runs are in flight. A process that dies stops beating, and its leases
-/// expire for another node to claim.
+/// One row per beat extends every lease this node holds (its node lease),
+/// however many runs are in flight. A process that dies stops beating, and
+/// its jobs expire together for another node to claim.
 async fn heartbeat(t: Tollgate, node: String, mut stopped: watch::Receiver<bool>) {
     let lease_s = t.config().lease_s;
     // Three beats per lease: one lost beat does not lose the jobs.

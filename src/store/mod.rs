@@ -581,10 +581,16 @@ impl Store {
         Ok(claims)
     }
 
-    /// Extends the lease of every job this node's runs hold: one write per
-    /// beat however many jobs are in flight. Returns how many were extended.
-    pub async fn heartbeat_owner(&self, owner: &str, lease_s: f64) -> StoreResult<u64> {
+    /// Extends this node's lease, and with it the lease of every job its
+    /// runs hold: one row per beat however many jobs are in flight.
+    pub async fn heartbeat_owner(&self, owner: &str, lease_s: f64) -> StoreResult<()> {
+        debug_assert!(lease_s > 0.0, "a lease of {lease_s} s");
         dispatch!(self, s => s.heartbeat_owner(owner, lease_s).await)
+    }
+
+    /// Forgets node leases that ran out long ago and hold no running job.
+    pub async fn forget_stopped_nodes(&self) -> StoreResult<u64> {
+        dispatch!(self, s => s.forget_stopped_nodes().await)
     }
 
     /// Applies runs' units of work in one transaction (group commit), each

@@ -96,6 +96,7 @@ both_backends!(
     racing_claimers_take_each_job_once,
     leases_run_on_the_database_clock_and_a_stale_token_cannot_write,
     progress_survives_a_resume,
+    a_stopped_node_loses_every_job_and_is_forgotten_once_it_holds_none,
     cancel_wins_over_a_running_worker,
     attempts_keep_null_costs_and_first_outcomes,
     the_breaker_holds_the_cap_one_hold_per_attempt,
@@ -148,17 +149,24 @@ async fn leases_run_on_the_database_clock_and_a_stale_token_cannot_write(db: Tes
     let (_, ids) = jobs(&db, 1).await;
     let s = db.store();
     let first = s.claim_jobs("a", 1, 0.4).await.unwrap().remove(0);
-    // A heartbeat extends every lease the node holds.
-    assert_eq!(s.heartbeat_owner("a", 0.4).await.unwrap(), 1);
+    // The node's heartbeat holds the job past its own lease.
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    s.heartbeat_owner("a", 1.0).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(250)).await;
     assert!(
         s.claim_jobs("b", 1, 60.0).await.unwrap().is_empty(),
-        "leased"
+        "leased through its node"
     );
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    tokio::time::sleep(Duration::from_millis(1000)).await;
     // Expired: claimable again, and the token moves on.
     let second = s.claim_jobs("b", 1, 60.0).await.unwrap().remove(0);
     assert_eq!(second.token, first.token + 1);
-    assert_eq!(s.heartbeat_owner("a", 60.0).await.unwrap(), 0);
+    // A late beat of the first node does not win the job back.
+    s.heartbeat_owner("a", 60.0).await.unwrap();
+    assert_eq!(
+        s.job_lease(ids[0]).await.unwrap(),
+        Some((Some("b".into()), second.token))
+    );
     let p = Progress {
         readiness: Some(Readiness {
             region_fraction: 0.5,
@@ -230,6 +238,50 @@ async fn leases_run_on_the_database_clock_and_a_stale_token_cannot_write(db: Tes
     let events = s.job_events(ids[0]).await.unwrap();
     assert_eq!(events.iter().filter(|e| e.kind() == "succeeded").count(), 1);
     assert_eq!(events.iter().filter(|e| e.kind() == "failed").count(), 0);
+}
+
+/// Issue 32, 3: a job's lease is held through its node's. A node that
+/// stops beating loses every job it ran; its row goes once it holds none.
+async fn a_stopped_node_loses_every_job_and_is_forgotten_once_it_holds_none(db: TestDb) {
+    let (_, ids) = jobs(&db, 3).await;
+    let s = db.store();
+    assert_eq!(s.claim_jobs("a", 3, 0.3).await.unwrap().len(), 3);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let taken = s.claim_jobs("b", 2, 60.0).await.unwrap();
+    assert_eq!(
+        taken.len(),
+        2,
+        "the stopped node's jobs are claimable together"
+    );
+    // Its row ran out long ago, but a job still runs under it: kept.
+    let sql = "UPDATE node_leases SET expires_at = $1 WHERE owner = 'a'";
+    let long_ago = Utc::now() - chrono::Duration::hours(2);
+    if let Some(pool) = s.sqlite_pool() {
+        sqlx::query(sql)
+            .bind(long_ago)
+            .execute(&pool)
+            .await
+            .unwrap();
+    }
+    if let Some(pool) = s.postgres_pool() {
+        sqlx::query(sql)
+            .bind(long_ago)
+            .execute(&pool)
+            .await
+            .unwrap();
+    }
+    assert_eq!(s.forget_stopped_nodes().await.unwrap(), 0);
+    let last = s.claim_jobs("b", 2, 60.0).await.unwrap();
+    assert_eq!(last.len(), 1);
+    let mut held: Vec<_> = taken.iter().chain(&last).map(|c| c.job.id.0).collect();
+    held.sort();
+    let mut all: Vec<_> = ids.iter().map(|id| id.0).collect();
+    all.sort();
+    assert_eq!(held, all, "every job of the stopped node, once each");
+    assert_eq!(s.forget_stopped_nodes().await.unwrap(), 1, "a, not b");
+    assert_eq!(s.forget_stopped_nodes().await.unwrap(), 0);
+    // The live node's jobs are still its own.
+    assert!(s.claim_jobs("c", 3, 60.0).await.unwrap().is_empty());
 }
 
 async fn progress_survives_a_resume(db: TestDb) {

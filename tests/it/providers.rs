@@ -1099,25 +1099,32 @@ async fn a_run_that_lost_its_lease_writes_nothing_after_the_call(db: TestDb) {
     assert_eq!(day, (usd("0.1"), Usd::ZERO));
 }
 
-/// Ends a job's lease now (as a long failover would), straight in the database.
+/// Ends a job's lease and its node's now (as a long failover would),
+/// straight in the database.
 async fn expire_lease(db: &TestDb, id: JobId) {
-    let sql = "UPDATE jobs SET lease_expires_at = $1 WHERE id = $2";
     let past = Utc::now() - chrono::Duration::hours(1);
-    if let Some(pool) = db.store().sqlite_pool() {
-        sqlx::query(sql)
-            .bind(past)
-            .bind(id.0)
-            .execute(&pool)
-            .await
-            .unwrap();
-    }
-    if let Some(pool) = db.store().postgres_pool() {
-        sqlx::query(sql)
-            .bind(past)
-            .bind(id.0)
-            .execute(&pool)
-            .await
-            .unwrap();
+    let sqls = [
+        "UPDATE jobs SET lease_expires_at = $1 WHERE id = $2",
+        "UPDATE node_leases SET expires_at = $1 \
+         WHERE owner = (SELECT lease_owner FROM jobs WHERE id = $2)",
+    ];
+    for sql in sqls {
+        if let Some(pool) = db.store().sqlite_pool() {
+            sqlx::query(sql)
+                .bind(past)
+                .bind(id.0)
+                .execute(&pool)
+                .await
+                .unwrap();
+        }
+        if let Some(pool) = db.store().postgres_pool() {
+            sqlx::query(sql)
+                .bind(past)
+                .bind(id.0)
+                .execute(&pool)
+                .await
+                .unwrap();
+        }
     }
 }
 

@@ -1,17 +1,21 @@
 //! Claims (rule 5): one conditional update takes a batch of queued jobs, or
 //! jobs whose lease ran out, bumps each one's fencing token and sets its
-//! lease, with the database's clock. Heartbeats extend every lease a node
-//! holds in one write.
+//! lease, with the database's clock. A job's lease is held through its
+//! node's (`node_leases`): a claim upserts the node's row and a heartbeat
+//! extends that row alone, so a beat is one row however many jobs the node
+//! runs, and a running job is claimable again once its own lease and its
+//! node's have both run out.
 
 use super::*;
 
 impl Backend {
     /// Claims up to `n` jobs for `worker`, each leased for `lease_s`
-    /// seconds of the database's clock, oldest first. Every claim's
+    /// seconds of the database's clock, oldest first, and extends the
+    /// worker's node lease as far, in one transaction. Every claim's
     /// `claimed` event is written by a trigger. The queued and the expired
-    /// are looked up apart, each in its own index's order (`jobs_queued`,
-    /// `jobs_claimable`), so a claim reads about `n` rows, not every job in
-    /// flight ahead of the queue.
+    /// are looked up apart: the oldest queued from `jobs_queued`, the
+    /// expired from the nodes whose lease ran out (`jobs_lease_owner`), so
+    /// a claim reads about `n` rows, not every job in flight.
     pub async fn claim_jobs(&self, worker: &str, n: i64, lease_s: f64) -> StoreResult<Vec<Claim>> {
         let sql = format!(
             concat!(
@@ -26,20 +30,25 @@ impl Backend {
                    SELECT id, created_at FROM (SELECT id, created_at FROM jobs \
                      WHERE status = 'running' AND lease_expires_at < ",
                 now!(),
-                " ORDER BY created_at LIMIT $3 ",
+                " AND lease_owner IN (SELECT owner FROM node_leases WHERE expires_at < ",
+                now!(),
+                ") ORDER BY created_at LIMIT $3 ",
                 for_update_skip_locked!(),
                 ") AS expired) AS claimable ORDER BY created_at LIMIT $3) \
                  RETURNING {}, fencing_token"
             ),
             JOB_COLUMNS
         );
+        let mut tx = self.writer.begin().await?;
+        node_lease(&mut tx, worker, lease_s).await?;
         let rows = sqlx::query(&sql)
             .bind(worker)
             .bind(lease_s)
             .bind(n)
-            .fetch_all(&self.writer)
+            .fetch_all(&mut *tx)
             .await?;
-        self.committed(Purpose::Claim, 1);
+        tx.commit().await?;
+        self.committed(Purpose::Claim, 2);
         rows.iter()
             .map(|row| {
                 Ok(Claim {
@@ -50,24 +59,27 @@ impl Backend {
             .collect()
     }
 
-    /// Extends the lease of every job `owner` runs: one write per beat
-    /// however many runs are in flight. Returns how many were extended.
-    pub async fn heartbeat_owner(&self, owner: &str, lease_s: f64) -> StoreResult<u64> {
-        // Rows a unit of work holds right now are skipped, not waited for:
-        // waiting could deadlock with that unit's transaction, and the next
-        // beat (three per lease) extends them.
-        let r = sqlx::query(concat!(
-            "UPDATE jobs SET lease_expires_at = ",
-            now_plus_seconds!("$2"),
-            " WHERE id IN (SELECT id FROM jobs WHERE lease_owner = $1 AND status = 'running' ",
-            for_update_skip_locked!(),
-            ")"
-        ))
-        .bind(owner)
-        .bind(lease_s)
+    /// Extends `owner`'s node lease, and with it the lease of every job it
+    /// runs: one row however many runs are in flight.
+    pub async fn heartbeat_owner(&self, owner: &str, lease_s: f64) -> StoreResult<()> {
+        let mut conn = self.writer.acquire().await?;
+        node_lease(&mut conn, owner, lease_s).await?;
+        self.committed(Purpose::Heartbeat, 1);
+        Ok(())
+    }
+
+    /// Forgets the node leases that ran out over an hour ago and hold no
+    /// running job (nodes that stopped, their jobs taken over). Returns
+    /// how many.
+    pub async fn forget_stopped_nodes(&self) -> StoreResult<u64> {
+        let r = sqlx::query(
+            "DELETE FROM node_leases WHERE expires_at < $1 AND NOT EXISTS (SELECT 1 FROM jobs j \
+               WHERE j.status = 'running' AND j.lease_owner = node_leases.owner)",
+        )
+        .bind(chrono::Utc::now() - chrono::Duration::hours(1))
         .execute(&self.writer)
         .await?;
-        self.committed(Purpose::Heartbeat, 1);
+        self.committed(Purpose::Other, 1);
         Ok(r.rows_affected())
     }
 
@@ -113,4 +125,22 @@ impl Backend {
         self.committed(Purpose::Other, 1);
         Ok(r.rows_affected())
     }
+}
+
+/// Upserts `owner`'s node lease to `lease_s` seconds from now.
+async fn node_lease(
+    conn: &mut <Db as sqlx::Database>::Connection,
+    owner: &str,
+    lease_s: f64,
+) -> StoreResult<()> {
+    sqlx::query(concat!(
+        "INSERT INTO node_leases (owner, expires_at) VALUES ($1, ",
+        now_plus_seconds!("$2"),
+        ") ON CONFLICT (owner) DO UPDATE SET expires_at = excluded.expires_at"
+    ))
+    .bind(owner)
+    .bind(lease_s)
+    .execute(conn)
+    .await?;
+    Ok(())
 }

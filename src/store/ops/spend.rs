@@ -9,8 +9,7 @@ use chrono::{DateTime, NaiveDate, Utc};
 const LISTED_COLUMNS: &str = "a.id, a.job_id, a.purpose, a.provider, a.endpoint, a.model, a.attempt_no, \
      a.state, a.idempotency_key, a.provider_job_id, a.error_class, a.error, a.duration_ms, a.usage, \
      a.cost_usd, a.cost_source, a.hold_usd, a.budget_day, a.settled_usd, a.started_at, a.finished_at, \
-     u.email AS user_email, j.status AS job_status, \
-     (j.status = 'running' AND j.lease_expires_at < ";
+     u.email AS user_email, j.status AS job_status";
 
 impl Backend {
     /// The rollup rows of the days from `from` to `to`, both included (a
@@ -96,8 +95,15 @@ impl Backend {
     /// its owner's email and its job's state.
     pub async fn list_attempts(&self, f: &AttemptFilter) -> StoreResult<Vec<AttemptListed>> {
         let mut q = sqlx::QueryBuilder::<Db>::new(format!(
-            "SELECT {LISTED_COLUMNS}{}) AS lease_expired",
-            now!()
+            concat!(
+                "SELECT {}, (j.status = 'running' AND j.lease_expires_at < ",
+                now!(),
+                " AND EXISTS (SELECT 1 FROM node_leases n \
+                   WHERE n.owner = j.lease_owner AND n.expires_at < ",
+                now!(),
+                ")) AS lease_expired"
+            ),
+            LISTED_COLUMNS
         ));
         attempts_from(&mut q, f);
         // Before a position the list is read the other way round, nearest
