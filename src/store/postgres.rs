@@ -39,6 +39,16 @@ macro_rules! for_update {
     };
 }
 
+/// `column` among the values a subquery returns, the subquery run first
+/// (an init plan) and its values used as the index's condition: left to
+/// itself, the planner may instead walk the column's index and test each
+/// row against the subquery (every running job, to find none expired).
+macro_rules! in_values_of {
+    ($column:literal, $subquery:expr) => {
+        concat!($column, " = ANY (ARRAY(", $subquery, "))")
+    };
+}
+
 /// A claim's lock: rows another node is claiming are skipped, not waited for.
 macro_rules! for_update_skip_locked {
     () => {

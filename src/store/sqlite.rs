@@ -46,6 +46,14 @@ macro_rules! for_update {
     };
 }
 
+/// `column` among the values a subquery returns (SQLite runs the
+/// subquery once and looks each value up in the column's index).
+macro_rules! in_values_of {
+    ($column:literal, $subquery:expr) => {
+        concat!($column, " IN (", $subquery, ")")
+    };
+}
+
 /// A claim's lock: nothing to skip with one writer.
 macro_rules! for_update_skip_locked {
     () => {

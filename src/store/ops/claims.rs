@@ -30,9 +30,12 @@ impl Backend {
                    SELECT id, created_at FROM (SELECT id, created_at FROM jobs \
                      WHERE status = 'running' AND lease_expires_at < ",
                 now!(),
-                " AND lease_owner IN (SELECT owner FROM node_leases WHERE expires_at < ",
-                now!(),
-                ") ORDER BY created_at LIMIT $3 ",
+                " AND ",
+                in_values_of!(
+                    "lease_owner",
+                    concat!("SELECT owner FROM node_leases WHERE expires_at < ", now!())
+                ),
+                " ORDER BY created_at LIMIT $3 ",
                 for_update_skip_locked!(),
                 ") AS expired) AS claimable ORDER BY created_at LIMIT $3) \
                  RETURNING {}, fencing_token"

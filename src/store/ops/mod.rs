@@ -1,9 +1,9 @@
 //! Every statement Tollgate runs, written once. This module is compiled
 //! twice, once inside `sqlite.rs` and once inside `postgres.rs` (each sets
 //! `Db` and the dialect macros `now!`, `now_plus_seconds!`, `for_update!`,
-//! `for_update_skip_locked!` and `new_uuid!`), so each rule's statements and
-//! logic exist in one place and each backend's driver checks them with its
-//! own types. The backends differ only in that SQL text and in how money is
+//! `for_update_skip_locked!`, `in_values_of!` and `new_uuid!`), so each
+//! rule's statements and logic exist in one place and each backend's driver
+//! checks them with its own types. The backends differ only in that SQL text and in how money is
 //! stored (`store::codec`).
 
 mod accounts;
