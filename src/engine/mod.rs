@@ -354,7 +354,7 @@ async fn run_claim(
             t.note_claim_conflict();
             tracing::info!(%job, token, "run ended: the claim moved on");
             let lost = crate::model::Happening::LeaseLost { token };
-            if let Err(e) = t.store().note_event(job, &lost, Utc::now()).await {
+            if let Err(e) = Box::pin(t.store().note_event(job, &lost, Utc::now())).await {
                 tracing::warn!(%job, error = %e, "recording a lost lease failed");
             }
             false
@@ -376,7 +376,7 @@ async fn run_claim(
             token,
             ops: vec![Op::Release],
         };
-        match t.store().apply_one(release).await {
+        match Box::pin(t.store().apply_one(release)).await {
             Ok(_) => {}
             // Its lease runs out and another run claims it.
             Err(e) => {

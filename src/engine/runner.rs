@@ -115,14 +115,17 @@ fn open(a: &Attempt) -> bool {
     a.purpose == Purpose::Generate && a.state.is_open()
 }
 
-pub async fn generate(run: &mut Run<'_>) -> StoreResult<Generated> {
-    let job = run.job().clone();
-    let key = output_key(job.id)?;
-    let first = match &job.request {
-        JobRequest::ImageEdit(_) => run.t.models().default_for(JobKind::ImageEdit).id.clone(),
-        JobRequest::Video(v) => v.model.clone(),
+pub async fn generate<'a>(run: &mut Run<'a>) -> StoreResult<Generated> {
+    // Borrowed from the node's configuration, not copied: a run waiting on
+    // a provider holds what it will need after, and no more (issue 32, 3).
+    let t: &'a crate::Tollgate = run.t;
+    let job = run.job().id;
+    let key = output_key(job)?;
+    let first = match &run.job().request {
+        JobRequest::ImageEdit(_) => &t.models().default_for(JobKind::ImageEdit).id,
+        JobRequest::Video(v) => &v.model,
     };
-    let chain: Vec<ModelSpec> = run.t.models().chain(&first).into_iter().cloned().collect();
+    let chain: Vec<&'a ModelSpec> = t.models().chain(first);
     if chain.is_empty() {
         return Ok(failure(
             FailureCode::ModelUnavailable,
@@ -132,8 +135,8 @@ pub async fn generate(run: &mut Run<'_>) -> StoreResult<Generated> {
     // A job's first claim cannot have attempts yet: no read needed.
     let (previous, recovery) = if run.claim.token > 1 {
         (
-            run.t.store().attempts(job.id).await?,
-            recovery_of(run.t, job.id).await?,
+            Box::pin(run.t.store().attempts(job)).await?,
+            Box::pin(recovery_of(run.t, job)).await?,
         )
     } else {
         (Vec::new(), None)
@@ -152,13 +155,13 @@ pub async fn generate(run: &mut Run<'_>) -> StoreResult<Generated> {
     };
 
     // Rule 8: an output this job already stored means no new call.
-    if let Some(done) = r.existing_output(&previous).await? {
+    if let Some(done) = Box::pin(r.existing_output(&previous)).await? {
         return Ok(done);
     }
     // Rule 12: a recovery does exactly the action decided, and nothing
     // after it: it never goes on into the chain's new paid attempts.
     if let Some(recovery) = recovery {
-        return r.recover(recovery.action, &previous).await;
+        return Box::pin(r.recover(recovery.action, &previous)).await;
     }
     // A finished attempt whose output never reached storage: fetch it again.
     if let Some(a) = previous
@@ -167,12 +170,12 @@ pub async fn generate(run: &mut Run<'_>) -> StoreResult<Generated> {
         .find(|a| a.state == AttemptState::Succeeded && a.provider_job_id.is_some())
     {
         return match r.spec_of(a) {
-            Ok(spec) => r.redeliver(&spec, a).await,
+            Ok(spec) => Box::pin(r.redeliver(&spec, a)).await,
             Err(gone) => Ok(Generated::Parked(*gone)),
         };
     }
     // Rule 7: an attempt a run left open is recovered, never re-sent blindly.
-    let after = match r.recover_open(&previous).await? {
+    let after = match Box::pin(r.recover_open(&previous)).await? {
         ControlFlow::Continue(after) => after,
         ControlFlow::Break(done) => return Ok(done),
     };
@@ -816,7 +819,7 @@ impl Runner<'_, '_> {
         let mut delays = backoff(spec);
         let mut last = String::from("no answer");
         for _ in 0..RECOVERY_TRIES {
-            let input = self.input(spec).await?;
+            let input = Box::pin(self.input(spec)).await?;
             let sent = self
                 .provider(spec)
                 .submit(spec, &input, &a.idempotency_key)
@@ -1125,7 +1128,9 @@ impl Runner<'_, '_> {
             .max(self.run.attempt_floor)
             + 1;
         self.run.attempt_floor = attempt_no;
-        let Some(mut a) = self.begin(spec, attempt_no).await? else {
+        // Every await here but `follow`'s is boxed, so the run waiting in
+        // `follow` is not as large as the largest of them (issue 32, 3).
+        let Some(mut a) = Box::pin(self.begin(spec, attempt_no)).await? else {
             return Ok(Tried::Settled(failure(
                 FailureCode::SpendingPaused,
                 "Spending is paused for today; your credits were refunded. Please try again later.",
@@ -1141,10 +1146,12 @@ impl Runner<'_, '_> {
         let attempted = match sent {
             Ok(Submission::Finished(f)) => Attempted::Succeeded(f),
             Ok(Submission::Accepted { provider_job_id }) => {
-                self.accepted(&mut a, provider_job_id.clone()).await?;
+                Box::pin(self.accepted(&mut a, provider_job_id.clone())).await?;
                 self.follow(spec, &a, &provider_job_id).await?
             }
-            Err(e) if e.class == ErrorClass::Uncertain => self.recover_uncertain(spec, &a).await?,
+            Err(e) if e.class == ErrorClass::Uncertain => {
+                Box::pin(self.recover_uncertain(spec, &a)).await?
+            }
             Err(e) => Attempted::Failed(e),
         };
         let failed = match &attempted {
@@ -1156,7 +1163,7 @@ impl Runner<'_, '_> {
             // may echo the request).
             tracing::warn!(job = %self.run.job().id, model = %spec.id, attempt = attempt_no, class = ?e.class, "a provider call failed");
         }
-        if let Some(done) = self.conclude(spec, &a, attempted).await? {
+        if let Some(done) = Box::pin(self.conclude(spec, &a, attempted)).await? {
             return Ok(Tried::Settled(done));
         }
         Ok(match failed {
@@ -1175,7 +1182,7 @@ impl Runner<'_, '_> {
     /// (`parked_by_policy`) are already apart.
     async fn chain(
         &mut self,
-        chain: &[ModelSpec],
+        chain: &[&ModelSpec],
         mut previous: Vec<Attempt>,
         recovered: Recovered,
     ) -> StoreResult<Generated> {
@@ -1330,7 +1337,7 @@ enum Tried {
 /// The provider said it failed and the model's policy is to park: a
 /// reviewer accepts the failure or orders a new attempt.
 fn parked_by_policy(
-    chain: &[ModelSpec],
+    chain: &[&ModelSpec],
     last: Option<&ProviderError>,
     failed_last: Option<&(usize, Attempt)>,
 ) -> Option<NewParked> {

@@ -70,11 +70,15 @@ pub(super) async fn run(run: &mut Run<'_>) -> StoreResult<()> {
             run.commit(vec![Op::Release]).await?;
             return Ok(());
         }
+        // The steps that do not wait on a provider are boxed: a future is
+        // as large as its largest state, and a run waiting in `generate`
+        // (100,000 of them at once, issue 32) should not carry room for
+        // the others.
         let next = match step {
-            Step::Readiness => readiness(run).await?,
+            Step::Readiness => Box::pin(readiness(run)).await?,
             Step::Generate => generate(run).await?,
-            Step::Review => review(run).await?,
-            Step::Compare => compare(run).await?,
+            Step::Review => Box::pin(review(run)).await?,
+            Step::Compare => Box::pin(compare(run)).await?,
         };
         match next {
             Next::Continue => {}
