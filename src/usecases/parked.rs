@@ -652,12 +652,21 @@ fn reconciled_evidence(before: &ParkedEvidence, id: &str, seen: &str) -> ParkedE
     .with("reconcile_check", seen)
 }
 
-/// What an exposure is in words: "$0.10 may have been spent".
+/// What an exposure is in words: "up to $0.10 may have been spent".
 pub fn exposure_words(exposure: Usd) -> String {
     if exposure == Usd::ZERO {
         "nothing known to be spent".into()
     } else {
-        format!("up to {} may have been spent", exposure.dollars())
+        format!("{} may have been spent", exposure_amount(exposure))
+    }
+}
+
+/// An exposure under a "may have spent" heading: "up to $0.10".
+pub fn exposure_amount(exposure: Usd) -> String {
+    if exposure == Usd::ZERO {
+        "nothing known".into()
+    } else {
+        format!("up to {}", exposure.dollars())
     }
 }
 

@@ -276,7 +276,7 @@ mod queue {
     use chrono::{DateTime, Utc};
     use tollgate::model::{ParkedStage, ParkedState};
     use tollgate::store::{Decision, Parked, ParkedCount};
-    use tollgate::usecases::parked::{exposure_words, ReviewDesk};
+    use tollgate::usecases::parked::{exposure_amount, ReviewDesk};
 
     /// Open and recovering records per stage, and the oldest one's age.
     pub fn stage_counts(counts: &[ParkedCount], now: DateTime<Utc>) -> Vec<StageCount> {
@@ -342,7 +342,7 @@ mod queue {
             model: r.model.clone(),
             age: age_words((now - r.created_at).num_seconds()),
             parked_at: when(r.created_at),
-            exposure: exposure_words(r.exposure_usd),
+            exposure: exposure_amount(r.exposure_usd),
             hold: r.hold_usd.map(|h| h.dollars()),
             reason: r.evidence.reason.clone(),
             // The record's latest decision, when its state says it has one.

@@ -213,7 +213,7 @@ fn QueueTable(rows: Vec<QueueRow>) -> impl IntoView {
                     <td data-label="User">{r.user.clone()}</td>
                     <td data-label="Stage">{stage_badge(&r.stage, &r.stage_label)}<div class="small muted">{r.model.clone()}</div></td>
                     <td data-label="Waiting" class="nowrap" title=r.parked_at.clone()>{r.age.clone()}</td>
-                    <td data-label="Exposure">{r.exposure.clone()}</td>
+                    <td data-label="May have spent" class="nowrap">{r.exposure.clone()}</td>
                     <td data-label="Held" class="nowrap">{r.hold.clone().unwrap_or_else(|| "nothing".into())}</td>
                     <td data-label="State">
                         {state_badge(r.state)}
