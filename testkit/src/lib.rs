@@ -127,6 +127,30 @@ impl TestDb {
         self.tollgate.store()
     }
 
+    /// Runs one statement straight on the database, past the store, to move
+    /// a time into the past (a lease that ran out, a node that stopped):
+    /// `at` is bound as `$1` and `id`, when given, as `$2`. How many rows
+    /// it changed.
+    pub async fn backdate(
+        &self,
+        sql: &str,
+        at: chrono::DateTime<chrono::Utc>,
+        id: Option<uuid::Uuid>,
+    ) -> u64 {
+        if let Some(pool) = self.store().sqlite_pool() {
+            let q = sqlx::query(sql).bind(at);
+            let q = if let Some(id) = id { q.bind(id) } else { q };
+            return q.execute(&pool).await.unwrap().rows_affected();
+        }
+        let pool = self
+            .store()
+            .postgres_pool()
+            .expect("one backend or the other");
+        let q = sqlx::query(sql).bind(at);
+        let q = if let Some(id) = id { q.bind(id) } else { q };
+        q.execute(&pool).await.unwrap().rows_affected()
+    }
+
     /// Waits (bounded by `within`) until job `id` is as `done` says, and
     /// reads it.
     pub async fn job_when(

@@ -256,20 +256,7 @@ async fn a_stopped_node_loses_every_job_and_is_forgotten_once_it_holds_none(db: 
     // Its row ran out long ago, but a job still runs under it: kept.
     let sql = "UPDATE node_leases SET expires_at = $1 WHERE owner = 'a'";
     let long_ago = Utc::now() - chrono::Duration::hours(2);
-    if let Some(pool) = s.sqlite_pool() {
-        sqlx::query(sql)
-            .bind(long_ago)
-            .execute(&pool)
-            .await
-            .unwrap();
-    }
-    if let Some(pool) = s.postgres_pool() {
-        sqlx::query(sql)
-            .bind(long_ago)
-            .execute(&pool)
-            .await
-            .unwrap();
-    }
+    assert_eq!(db.backdate(sql, long_ago, None).await, 1);
     assert_eq!(s.forget_stopped_nodes().await.unwrap(), 0);
     let last = s.claim_jobs("b", 2, 60.0).await.unwrap();
     assert_eq!(last.len(), 1);

@@ -1103,28 +1103,12 @@ async fn a_run_that_lost_its_lease_writes_nothing_after_the_call(db: TestDb) {
 /// straight in the database.
 async fn expire_lease(db: &TestDb, id: JobId) {
     let past = Utc::now() - chrono::Duration::hours(1);
-    let sqls = [
+    for sql in [
         "UPDATE jobs SET lease_expires_at = $1 WHERE id = $2",
         "UPDATE node_leases SET expires_at = $1 \
          WHERE owner = (SELECT lease_owner FROM jobs WHERE id = $2)",
-    ];
-    for sql in sqls {
-        if let Some(pool) = db.store().sqlite_pool() {
-            sqlx::query(sql)
-                .bind(past)
-                .bind(id.0)
-                .execute(&pool)
-                .await
-                .unwrap();
-        }
-        if let Some(pool) = db.store().postgres_pool() {
-            sqlx::query(sql)
-                .bind(past)
-                .bind(id.0)
-                .execute(&pool)
-                .await
-                .unwrap();
-        }
+    ] {
+        assert_eq!(db.backdate(sql, past, Some(id.0)).await, 1, "{sql}");
     }
 }
 
