@@ -55,7 +55,9 @@ module.exports = defineConfig({
   retries: 0,
   timeout: 60_000,
   reporter: [['list']],
-  outputDir: './test-results',
+  // Its own folder per run (TOLLGATE_E2E_OUTPUT): Playwright empties it at
+  // the start, and scripts/test runs SQLite and PostgreSQL side by side.
+  outputDir: process.env.TOLLGATE_E2E_OUTPUT || './test-results',
   use: {
     baseURL,
     browserName: 'chromium',

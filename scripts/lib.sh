@@ -311,3 +311,23 @@ run_chaos() {
     fi
   done
 }
+
+# Runs the named shell functions at once, each line of their output led by
+# the function's name, and waits for all of them: fails, naming each that
+# failed, only after every one has finished (a failure on one database
+# never hides what the other found). For suites that spend much of their
+# time waiting (a browser, a server's answers), so that two share the cores.
+side_by_side() {
+  local names=("$@") pids=() fn i status=0
+  for fn in "${names[@]}"; do
+    ( "$fn" 2>&1 | sed -u "s/^/[$fn] /" ) &
+    pids+=($!)
+  done
+  for i in "${!pids[@]}"; do
+    if ! wait "${pids[$i]}"; then
+      say "${names[$i]} failed"
+      status=1
+    fi
+  done
+  return "$status"
+}

@@ -2,11 +2,11 @@
 // tokens, grants and sign out. Runs in order against one fresh server.
 const { test, expect } = require('@playwright/test');
 const session = require('./session');
+const { shotsDir } = session;
 const fs = require('fs');
 const path = require('path');
 
-const SHOTS = path.join(__dirname, '..', 'screenshots');
-fs.mkdirSync(SHOTS, { recursive: true });
+const SHOTS = shotsDir();
 const shot = (page, name) => page.screenshot({ path: path.join(SHOTS, `${name}.png`), fullPage: true });
 
 const ADMIN = { email: 'admin@studio.test', password: 'admin password 123' };

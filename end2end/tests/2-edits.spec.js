@@ -2,13 +2,12 @@
 // medium, see the price, submit (twice, quickly), find the job in My edits
 // and the debit on Credits, then cancel it and get the refund.
 const { test, expect } = require('@playwright/test');
-const { signIn } = require('./session');
+const { signIn, shotsDir } = require('./session');
 const fs = require('fs');
 const path = require('path');
 const { makePng } = require('./png');
 
-const SHOTS = path.join(__dirname, '..', 'screenshots');
-fs.mkdirSync(SHOTS, { recursive: true });
+const SHOTS = shotsDir();
 const shot = (page, name) => page.screenshot({ path: path.join(SHOTS, `${name}.png`), fullPage: true });
 
 const ADMIN = { email: 'admin@studio.test', password: 'admin password 123' };

@@ -2,12 +2,11 @@
 // and lost the answer cannot be sent again blindly, so the job waits for a
 // reviewer; its page says why, what is held, and that nothing more is spent.
 const { test, expect } = require('@playwright/test');
-const { signIn } = require('./session');
+const { signIn, shotsDir } = require('./session');
 const fs = require('fs');
 const path = require('path');
 
-const SHOTS = path.join(__dirname, '..', 'screenshots');
-fs.mkdirSync(SHOTS, { recursive: true });
+const SHOTS = shotsDir();
 const shot = (page, name) => page.screenshot({ path: path.join(SHOTS, `${name}.png`), fullPage: true });
 
 const ADMIN = { email: 'admin@studio.test', password: 'admin password 123' };

@@ -2,12 +2,11 @@
 // tokens are made, a page rendered from the OpenAPI document the server
 // generates from its routes, with nothing fetched from elsewhere.
 const { test, expect } = require('@playwright/test');
-const { signIn } = require('./session');
+const { signIn, shotsDir } = require('./session');
 const fs = require('fs');
 const path = require('path');
 
-const SHOTS = path.join(__dirname, '..', 'screenshots');
-fs.mkdirSync(SHOTS, { recursive: true });
+const SHOTS = shotsDir();
 const shot = (page, name, fullPage = false) =>
   page.screenshot({ path: path.join(SHOTS, `${name}.png`), fullPage });
 

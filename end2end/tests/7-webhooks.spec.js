@@ -4,14 +4,13 @@
 // admin replaying a dead delivery, which arrives with the same id and body.
 // The receiver is this test's own HTTP server on 127.0.0.1.
 const { test, expect } = require('@playwright/test');
-const { signIn } = require('./session');
+const { signIn, shotsDir } = require('./session');
 const http = require('http');
 const fs = require('fs');
 const path = require('path');
 const { Webhook } = require('standardwebhooks');
 
-const SHOTS = path.join(__dirname, '..', 'screenshots');
-fs.mkdirSync(SHOTS, { recursive: true });
+const SHOTS = shotsDir();
 const shot = (page, name) => page.screenshot({ path: path.join(SHOTS, `${name}.png`), fullPage: true });
 
 const ADMIN = { email: 'admin@studio.test', password: 'admin password 123' };

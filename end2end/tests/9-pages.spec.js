@@ -2,12 +2,11 @@
 // the oldest and back, with the cursor in the URL and the page saying where
 // it sits ("Showing 25–28 of 28 edits"), on a desktop and on a phone.
 const { test, expect } = require('@playwright/test');
-const { signIn } = require('./session');
+const { signIn, shotsDir } = require('./session');
 const fs = require('fs');
 const path = require('path');
 
-const SHOTS = path.join(__dirname, '..', 'screenshots');
-fs.mkdirSync(SHOTS, { recursive: true });
+const SHOTS = shotsDir();
 const shot = (page, name) => page.screenshot({ path: path.join(SHOTS, `${name}.png`), fullPage: true });
 
 const ADMIN = { email: 'admin@studio.test', password: 'admin password 123' };

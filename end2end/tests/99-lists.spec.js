@@ -8,13 +8,12 @@
 // it: none scrolls sideways, and each is kept as a screenshot to look at.
 // Runs last: it leaves 250 parked records behind.
 const { test, expect } = require('@playwright/test');
-const { signIn } = require('./session');
+const { signIn, shotsDir } = require('./session');
 const http = require('http');
 const fs = require('fs');
 const path = require('path');
 
-const SHOTS = path.join(__dirname, '..', 'screenshots', 'sweep');
-fs.mkdirSync(SHOTS, { recursive: true });
+const SHOTS = shotsDir('sweep');
 
 const ADMIN = { email: 'admin@studio.test', password: 'admin password 123' };
 const MANY = { email: 'many@studio.test', password: 'many password 12' };
