@@ -21,9 +21,12 @@ ensure_wasm_bindgen() {
     # Not --locked: its lockfile pins crates that no longer build on current Rust.
     # Unoptimised and without its test runner's TLS (which compiles ring): it
     # builds in 44 s instead of 151 s here, and lays out the site in 0.6 s
-    # instead of 0.2 s, byte for byte the same (issue 32's newcomer).
-    CARGO_PROFILE_DEV_DEBUG=0 cargo install wasm-bindgen-cli --version "$WASM_BINDGEN_VERSION" \
-      --debug --no-default-features
+    # instead of 0.2 s, byte for byte the same (issue 32's newcomer). In a
+    # target folder of its own (cargo's, temporary): in ours its dev profile
+    # would wait on the lock of the server's build, which scripts/run starts
+    # beside it.
+    env -u CARGO_TARGET_DIR CARGO_PROFILE_DEV_DEBUG=0 \
+      cargo install wasm-bindgen-cli --version "$WASM_BINDGEN_VERSION" --debug --no-default-features
   fi
 }
 
