@@ -15,8 +15,8 @@ mod workflow;
 pub use committer::Committer;
 pub use run::Run;
 
-use crate::model::AssetId;
-use crate::store::{Claim, Op, StoreError, Unit};
+use crate::model::{AssetId, JobId};
+use crate::store::{Claim, Op, StoreError, StoreResult, Unit};
 use crate::Tollgate;
 use chrono::Utc;
 use std::collections::HashMap;
@@ -329,18 +329,24 @@ async fn asset_keys(t: &Tollgate, claims: &[Claim]) -> Option<HashMap<AssetId, S
     }
 }
 
-async fn run_claim(
+/// Starts the run of `claim` and returns what waits for it to end.
+///
+/// The run is its own task so that a panic in it gives the job back instead
+/// of leaving it leased (and heartbeated) by this node. The waiting half is
+/// a plain function returning an `async` block, not an `async fn`: an async
+/// function's future keeps room for its arguments (the claim, its assets)
+/// for as long as it waits, about 850 bytes that 100,000 waiting runs would
+/// each hold twice over (heaptrack, issue 32).
+fn run_claim(
     t: Tollgate,
     committer: Committer,
     claim: Claim,
     known_assets: Vec<(AssetId, Option<String>)>,
     stopped: watch::Receiver<bool>,
-    _slot: OwnedSemaphorePermit,
-) {
+    slot: OwnedSemaphorePermit,
+) -> impl std::future::Future<Output = ()> + Send + 'static {
     let job = claim.job.id;
     let token = claim.token;
-    // The run is its own task so that a panic in it gives the job back
-    // instead of leaving it leased (and heartbeated) by this node.
     let inner = {
         let t = t.clone();
         tokio::spawn(async move {
@@ -348,6 +354,15 @@ async fn run_claim(
             workflow::run(&mut run).await
         })
     };
+    async move {
+        let _slot = slot;
+        ended(t, job, token, inner).await
+    }
+}
+
+/// What a run's end leaves to do: nothing, or, when it was interrupted or
+/// panicked, giving the job back.
+async fn ended(t: Tollgate, job: JobId, token: i64, inner: JoinHandle<StoreResult<()>>) {
     let give_back = match inner.await {
         Ok(Ok(())) => false,
         Ok(Err(StoreError::StaleClaim)) => {

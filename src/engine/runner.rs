@@ -1136,6 +1136,9 @@ impl Runner<'_, '_> {
                 "Spending is paused for today; your credits were refunded. Please try again later.",
             )));
         };
+        // Exactly one more: a first push would make room for four attempts,
+        // a kilobyte that 100,000 waiting runs would each hold (heaptrack).
+        previous.reserve_exact(1);
         previous.push(a.clone());
         let input = self.input(spec).await?;
         let sent = self
