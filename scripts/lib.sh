@@ -179,6 +179,19 @@ JSON
   say "SeaweedFS S3 is up on 127.0.0.1:$s3 (started in $((($(date +%s%N) - started) / 1000000)) ms)"
 }
 
+# What SeaweedFS logged as an error or warning (glog writes to TMPDIR, which
+# is SW_DIR): printed when a script fails, before the folder is removed, so
+# that a 500 from the store says why.
+seaweedfs_errors() {
+  [ -n "${SW_DIR:-}" ] || return 0
+  local lines
+  lines="$(grep -hE '^[EWF][0-9]{4} ' "$SW_DIR"/weed.*INFO* 2>/dev/null | sort -u | tail -n 60 || true)"
+  if [ -n "$lines" ]; then
+    say "SeaweedFS logged these errors and warnings:"
+    printf '%s\n' "$lines" >&2
+  fi
+}
+
 stop_seaweedfs() {
   if [ -n "${SW_PID:-}" ]; then
     kill "$SW_PID" 2>/dev/null || true
