@@ -149,6 +149,11 @@ PY
   "credentials": [{"accessKey": "$key", "secretKey": "$secret"}],
   "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}
 JSON
+  # Every bucket is a collection with volumes of its own, and by default the
+  # volume server allows free disk space / volume size of them (1 GiB each):
+  # with a few GiB free, a suite's buckets ran out ("No writable volumes and
+  # no free volumes left", a 500 to the client). Volumes are sparse files and
+  # the tests write little, so allow many small ones.
   # TMPDIR: it puts its gRPC sockets there, and not all are removed at exit.
   TMPDIR="$SW_DIR" "$SEAWEEDFS_VENV/bin/weed" mini -dir="$SW_DIR/data" -ip=127.0.0.1 -ip.bind=127.0.0.1 \
     -master.port="$master" -master.port.grpc="$master_grpc" \
@@ -157,6 +162,7 @@ JSON
     -s3.port="$s3" -s3.port.grpc="$s3_grpc" -s3.localSocket="$SW_DIR/s3.sock" \
     -s3.config="$SW_DIR/identities.json" -s3.port.iceberg=0 -s3.port.lance=0 -s3.autoCreateBucket=false \
     -admin.port="$admin" -admin.ui=false -webdav=false -master.telemetry=false \
+    -volume.max=4000 -master.volumeSizeLimitMB=64 \
     >"$SW_DIR/weed.log" 2>&1 &
   SW_PID=$!
   # Its gRPC sockets go to /tmp whatever TMPDIR says, named by port.
