@@ -48,8 +48,9 @@ build_site() {
 # Builds server binaries with the given cargo profile flag ("" or --release):
 # the ones named after it, or the server and the mock provider. Always the
 # same packages and one feature set, in one cargo invocation, so whatever
-# builds them (scripts/run, scripts/test, scripts/chaos) shares every
-# dependency already built (two feature sets built most of them twice).
+# builds them (scripts/run, scripts/chaos) shares every dependency already
+# built (two feature sets built most of them twice). scripts/test builds
+# them with its tests instead, in the tests' feature set.
 build_server() {
   local profile="${1:-}"
   [ $# -gt 0 ] && shift
@@ -185,20 +186,22 @@ JSON
   say "SeaweedFS S3 is up on 127.0.0.1:$s3 (started in $((($(date +%s%N) - started) / 1000000)) ms)"
 }
 
-# What SeaweedFS logged as an error or warning (glog writes to TMPDIR, which
-# is SW_DIR): printed when a script fails, before the folder is removed, so
-# that a 500 from the store says why.
-seaweedfs_errors() {
-  [ -n "${SW_DIR:-}" ] || return 0
+# What SeaweedFS logged as a warning or error: glog lines that start with
+# the level and the date (E1207), which it writes to its standard error
+# (weed.log) as they happen; its log files are written only every 30 s.
+seaweedfs_warnings() {
   local lines
-  lines="$(grep -hE '^[EWF][0-9]{4} ' "$SW_DIR"/weed.*INFO* 2>/dev/null | sort -u | tail -n 60 || true)"
-  if [ -n "$lines" ]; then
-    say "SeaweedFS logged these errors and warnings:"
-    printf '%s\n' "$lines" >&2
-  fi
+  lines="$(grep -E '^[EWF][0-9]{4} ' "$SW_DIR/weed.log" 2>/dev/null | tail -n 60 || true)"
+  [ -n "$lines" ] || return 0
+  say "SeaweedFS logged these warnings and errors:"
+  printf '%s\n' "$lines" >&2
 }
 
+# Stops it and removes its folder. Given a failing exit status (the
+# script's, from its EXIT trap), prints what it logged as warnings and
+# errors before they go with the folder, so a 500 from the store says why.
 stop_seaweedfs() {
+  local status="${1:-0}"
   if [ -n "${SW_PID:-}" ]; then
     kill "$SW_PID" 2>/dev/null || true
     # It takes a second or two to stop cleanly; then it is made to.
@@ -212,6 +215,7 @@ stop_seaweedfs() {
     SW_PID=
   fi
   if [ -n "${SW_DIR:-}" ]; then
+    [ "$status" -eq 0 ] || seaweedfs_warnings
     rm -rf "$SW_DIR"
     SW_DIR=
   fi
